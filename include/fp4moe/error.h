@@ -1,0 +1,44 @@
+// fp4moe/error.h - the one exception type of the library and the checks that throw it.
+//
+// Every public entry point validates its input and throws fp4moe::Error with a message that
+// names what is wrong ("K = 100 is not a multiple of the NVFP4 block size 16"). The source
+// location is kept apart from the message so that the CLI can print one clean line.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace fp4moe {
+
+class Error : public std::runtime_error {
+ public:
+  Error(std::string message, const char* file, int line)
+      : std::runtime_error(std::move(message)), file_(file), line_(line) {}
+  const char* file() const noexcept { return file_; }
+  int line() const noexcept { return line_; }
+
+ private:
+  const char* file_;
+  int line_;
+};
+
+namespace detail {
+template <typename... Args>
+[[noreturn]] void throw_error(const char* file, int line, Args&&... args) {
+  std::ostringstream os;
+  (os << ... << std::forward<Args>(args));
+  throw Error(os.str(), file, line);
+}
+}  // namespace detail
+
+}  // namespace fp4moe
+
+// FP4MOE_CHECK(cond, parts...): throws fp4moe::Error(parts...) when cond is false.
+#define FP4MOE_CHECK(cond, ...)                                              \
+  do {                                                                       \
+    if (!(cond)) ::fp4moe::detail::throw_error(__FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+
+#define FP4MOE_FAIL(...) ::fp4moe::detail::throw_error(__FILE__, __LINE__, __VA_ARGS__)

@@ -1,0 +1,61 @@
+// fp4moe/hw.h - what a GPU offers: the known-GPU table (REFERENCE.md section 4) and the live
+// device query produce the same GpuSpec, so everything downstream (the resource model, the
+// benchmark's floors, the tuner's cache keys) treats a table entry and a real GPU alike.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fp4moe {
+
+struct GpuSpec {
+  std::string name;           // "NVIDIA H200", "RTX PRO 6000 Blackwell", ...
+  std::string key;            // short id used by --gpu: "h200", "rtx-pro-6000", "current:0"
+  int sm = 0;                 // compute capability x 10 + y: 80, 90, 100, 120, 121
+  int sm_count = 0;
+  int64_t smem_per_block_optin = 0;  // largest dynamic + static shared memory one block may use
+  int64_t smem_per_sm = 0;           // shared memory of one multiprocessor
+  int64_t smem_reserved_per_block = 1024;  // the runtime's per-block reservation (sm_80+)
+  int64_t l2_bytes = 0;
+  int regs_per_sm = 65536;
+  int max_threads_per_sm = 2048;
+  int max_blocks_per_sm = 32;
+  double mem_bandwidth_gbs = 0;  // datasheet (table) or derived from clocks and bus (live)
+  double bf16_tflops = 0;        // dense tensor-core peaks; 0 where unknown
+  double fp8_tflops = 0;
+  double fp4_tflops = 0;
+  bool live = false;             // true: from the CUDA runtime, false: from the table
+  int device_index = -1;
+
+  // "sm_90", "sm_120"...
+  std::string arch_name() const { return "sm_" + std::to_string(sm); }
+  // Architecture families the kernels are written for.
+  bool has_mma_sync_bf16() const { return sm >= 80; }
+  bool has_wgmma() const { return sm == 90; }           // sm_90a only
+  bool has_tcgen05() const { return sm == 100 || sm == 103; }
+  bool has_block_scaled_mma_sync() const { return sm == 120 || sm == 121; }
+};
+
+// The table of REFERENCE.md section 4.
+const std::vector<GpuSpec>& known_gpus();
+// Looks up a table entry by key or name, case-insensitive ("h200", "H200", "rtx-pro-6000").
+std::optional<GpuSpec> find_known_gpu(const std::string& name);
+
+struct CudaEnvironment {
+  bool built_with_cuda = false;
+  int runtime_version = 0;  // e.g. 13000
+  int driver_version = 0;   // e.g. 13000 (the CUDA version the driver supports)
+  std::string error;        // why no GPU is usable, if none is
+  std::vector<GpuSpec> devices;
+};
+// Queries the CUDA runtime; never throws (a machine without GPU or driver gives no devices and
+// the reason in `error`).
+CudaEnvironment query_cuda_environment();
+
+// --gpu NAME|current[:N]: a table entry, or the live device N (default 0). Throws when the name
+// is unknown or no GPU is present.
+GpuSpec resolve_gpu(const std::string& name);
+
+}  // namespace fp4moe

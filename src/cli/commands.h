@@ -1,0 +1,12 @@
+// The fp4moe subcommands: each file registers one with the CLI11 app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace fp4moe::cli {
+
+void register_info(CLI::App& app);
+void register_quantize(CLI::App& app);
+void register_run(CLI::App& app);
+
+}  // namespace fp4moe::cli

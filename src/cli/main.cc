@@ -1,0 +1,37 @@
+// fp4moe: the command-line tool. Errors leave as one line on stderr and a non-zero exit.
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "fp4moe/error.h"
+#include "fp4moe/version.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"fp4moe " FP4MOE_VERSION
+               ": Mixture-of-Experts layers with NVFP4 expert weights on NVIDIA GPUs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "fp4moe " FP4MOE_VERSION);
+  fp4moe::cli::register_info(app);
+  fp4moe::cli::register_quantize(app);
+  fp4moe::cli::register_run(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line: CLI11's message, then where to look.
+    std::fprintf(stderr, "fp4moe: error: %s (see fp4moe --help)\n", e.what());
+    return 2;
+  } catch (const fp4moe::Error& e) {
+    std::fprintf(stderr, "fp4moe: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fp4moe: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

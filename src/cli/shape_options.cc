@@ -1,0 +1,43 @@
+#include "cli/shape_options.h"
+
+namespace fp4moe::cli {
+
+void ShapeArgs::add_to(CLI::App* cmd) {
+  cmd->add_option("--preset", preset, "Layer shape preset: glm5, glm5-tp8, deepseek-v3")
+      ->check(CLI::IsMember(MoeConfig::preset_names()));
+  cmd->add_option("--hidden", hidden, "Override H (model width)");
+  cmd->add_option("--intermediate", intermediate, "Override I (expert width)");
+  cmd->add_option("--shared-intermediate", shared_intermediate,
+                  "Override the shared expert's width (0: none)");
+  cmd->add_option("--experts", experts, "Override E (routed experts)");
+  cmd->add_option("--top-k", top_k, "Override k (experts per token)");
+  cmd->add_option("--n-group", n_group, "Override n_group (noaux_tc groups)");
+  cmd->add_option("--topk-group", topk_group, "Override topk_group");
+  cmd->add_option("--routing", routing, "Override the routing: softmax or sigmoid (noaux_tc)")
+      ->check(CLI::IsMember({"softmax", "sigmoid"}));
+}
+
+MoeConfig ShapeArgs::resolve() const {
+  MoeConfig c = MoeConfig::preset(preset);
+  bool custom = false;
+  if (hidden) { c.hidden = hidden; custom = true; }
+  if (intermediate) {
+    c.intermediate = intermediate;
+    if (shared_intermediate < 0 && c.shared_intermediate > 0) c.shared_intermediate = intermediate;
+    custom = true;
+  }
+  if (shared_intermediate >= 0) { c.shared_intermediate = shared_intermediate; custom = true; }
+  if (experts) { c.num_experts = experts; custom = true; }
+  if (top_k) { c.routing.top_k = top_k; custom = true; }
+  if (n_group) { c.routing.n_group = n_group; custom = true; }
+  if (topk_group) { c.routing.topk_group = topk_group; custom = true; }
+  if (!routing.empty()) {
+    c.routing.mode = routing == "softmax" ? RoutingMode::kSoftmaxTopK : RoutingMode::kSigmoidNoAuxTc;
+    custom = true;
+  }
+  if (custom) c.name = preset + "+custom";
+  c.validate();
+  return c;
+}
+
+}  // namespace fp4moe::cli

@@ -1,0 +1,60 @@
+// MXFP4 (OCP Microscaling Formats v1.0, section 6.3): block 32, power-of-two UE8M0 scale.
+#include <algorithm>
+#include <cmath>
+
+#include "fp4moe/error.h"
+#include "fp4moe/format.h"
+
+namespace fp4moe {
+
+Mxfp4Matrix quantize_mxfp4(std::span<const float> w, int64_t rows, int64_t cols) {
+  FP4MOE_CHECK(rows >= 0 && cols >= 0, "quantize_mxfp4: negative shape");
+  FP4MOE_CHECK(cols % kMxfp4BlockSize == 0, "quantize_mxfp4: K = ", cols,
+               " is not a multiple of the block size ", kMxfp4BlockSize);
+  FP4MOE_CHECK(static_cast<int64_t>(w.size()) == rows * cols, "quantize_mxfp4: buffer holds ",
+               w.size(), " elements, shape needs ", rows * cols);
+  Mxfp4Matrix q;
+  q.rows = rows;
+  q.cols = cols;
+  q.data.assign(static_cast<size_t>(rows * cols / 2), 0);
+  q.block_scales.assign(static_cast<size_t>(rows * cols / kMxfp4BlockSize), 0);
+  constexpr int kE2m1MaxExponent = 2;  // 6 = 1.5 * 2^2
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < cols / kMxfp4BlockSize; ++b) {
+      const float* x = w.data() + r * cols + b * kMxfp4BlockSize;
+      float amax = 0.0f;
+      for (int i = 0; i < kMxfp4BlockSize; ++i) {
+        FP4MOE_CHECK(std::isfinite(x[i]), "quantize_mxfp4: element (", r, ", ",
+                     b * kMxfp4BlockSize + i, ") is ", x[i], "; only finite values can be quantized");
+        amax = std::max(amax, std::fabs(x[i]));
+      }
+      int shared_exp = 0;
+      if (amax > 0.0f) {
+        int e = 0;
+        std::frexp(amax, &e);  // amax = f * 2^e, f in [0.5, 1): floor(log2(amax)) = e - 1
+        shared_exp = std::clamp(e - 1 - kE2m1MaxExponent, -127, 127);
+      }
+      q.block_scales[r * (cols / kMxfp4BlockSize) + b] = static_cast<uint8_t>(shared_exp + 127);
+      for (int i = 0; i < kMxfp4BlockSize; ++i) {
+        const float scaled = std::ldexp(x[i], -shared_exp);
+        fp4_set_code(q.data.data(), r * cols + b * kMxfp4BlockSize + i, e2m1_from_float(scaled));
+      }
+    }
+  }
+  return q;
+}
+
+double Mxfp4Matrix::value(int64_t r, int64_t c) const {
+  const double e = e2m1_to_float(fp4_code_at(data.data(), r * cols + c));
+  const uint8_t s = block_scales[r * (cols / kMxfp4BlockSize) + c / kMxfp4BlockSize];
+  return std::ldexp(e, static_cast<int>(s) - 127);
+}
+
+std::vector<float> Mxfp4Matrix::dequantize() const {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = static_cast<float>(value(r, c));
+  return out;
+}
+
+}  // namespace fp4moe

@@ -1,0 +1,190 @@
+// .npy reader and writer (https://numpy.org/doc/stable/reference/generated/numpy.lib.format.html)
+#include "io/npy.h"
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "fp4moe/error.h"
+
+namespace fp4moe {
+namespace {
+
+constexpr char kMagic[] = "\x93NUMPY";
+
+// Value of `key` in the header dict, as raw text up to the next top-level comma or brace.
+std::string dict_value(const std::string& header, const std::string& key, const std::string& path) {
+  const std::string quoted = "'" + key + "'";
+  const size_t k = header.find(quoted);
+  FP4MOE_CHECK(k != std::string::npos, path, ": .npy header has no '", key, "' entry");
+  size_t p = header.find(':', k + quoted.size());
+  FP4MOE_CHECK(p != std::string::npos, path, ": malformed .npy header near '", key, "'");
+  ++p;
+  while (p < header.size() && header[p] == ' ') ++p;
+  size_t end = p;
+  int depth = 0;
+  while (end < header.size()) {
+    const char c = header[end];
+    if (c == '(' || c == '[') ++depth;
+    if (c == ')' || c == ']') --depth;
+    if (depth == 0 && (c == ',' || c == '}')) break;
+    if (depth < 0) break;
+    ++end;
+  }
+  return header.substr(p, end - p);
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1F, man = h & 0x3FF;
+  float v;
+  if (exp == 0) v = std::ldexp(static_cast<float>(man), -24);
+  else if (exp == 31) v = man ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  else v = std::ldexp(static_cast<float>(man | 0x400), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
+}  // namespace
+
+int64_t NpyArray::elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int NpyArray::item_size() const {
+  FP4MOE_CHECK(descr.size() >= 3, "bad .npy dtype '", descr, "'");
+  return std::stoi(descr.substr(2));
+}
+
+NpyArray read_npy(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  FP4MOE_CHECK(f.good(), path, ": cannot open");
+  char magic[6];
+  f.read(magic, 6);
+  FP4MOE_CHECK(f.gcount() == 6 && std::memcmp(magic, kMagic, 6) == 0, path,
+               ": not a .npy file (bad magic)");
+  uint8_t version[2];
+  f.read(reinterpret_cast<char*>(version), 2);
+  FP4MOE_CHECK(f.gcount() == 2 && version[0] >= 1 && version[0] <= 3, path,
+               ": unsupported .npy version ", int(version[0]));
+  uint32_t header_len = 0;
+  if (version[0] == 1) {
+    uint8_t b[2];
+    f.read(reinterpret_cast<char*>(b), 2);
+    FP4MOE_CHECK(f.gcount() == 2, path, ": truncated .npy header");
+    header_len = b[0] | (b[1] << 8);
+  } else {
+    uint8_t b[4];
+    f.read(reinterpret_cast<char*>(b), 4);
+    FP4MOE_CHECK(f.gcount() == 4, path, ": truncated .npy header");
+    header_len = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
+  }
+  FP4MOE_CHECK(header_len < (1u << 20), path, ": .npy header length ", header_len, " is implausible");
+  std::string header(header_len, '\0');
+  f.read(header.data(), header_len);
+  FP4MOE_CHECK(f.gcount() == static_cast<std::streamsize>(header_len), path,
+               ": truncated .npy header");
+
+  NpyArray a;
+  std::string descr = dict_value(header, "descr", path);
+  FP4MOE_CHECK(descr.size() >= 2 && (descr.front() == '\'' || descr.front() == '"'), path,
+               ": .npy dtype ", descr, " is not a simple dtype (structured arrays unsupported)");
+  a.descr = descr.substr(1, descr.size() - 2);
+  const std::string fortran = dict_value(header, "fortran_order", path);
+  FP4MOE_CHECK(fortran == "False", path, ": Fortran-ordered .npy arrays are not supported");
+  std::string shape = dict_value(header, "shape", path);
+  FP4MOE_CHECK(shape.size() >= 2 && shape.front() == '(' && shape.back() == ')', path,
+               ": malformed .npy shape ", shape);
+  std::stringstream ss(shape.substr(1, shape.size() - 2));
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t b = item.find_first_not_of(' ');
+    if (b == std::string::npos) continue;
+    try {
+      const int64_t d = std::stoll(item.substr(b));
+      FP4MOE_CHECK(d >= 0, path, ": negative dimension in .npy shape");
+      a.shape.push_back(d);
+    } catch (const std::logic_error&) {
+      FP4MOE_FAIL(path, ": malformed .npy shape ", shape);
+    }
+  }
+  FP4MOE_CHECK(a.descr.size() >= 3 && (a.descr[0] == '<' || a.descr[0] == '|'), path,
+               ": .npy dtype '", a.descr, "' is not little-endian");
+  const int64_t nbytes = a.elements() * a.item_size();
+  FP4MOE_CHECK(nbytes >= 0 && nbytes < (int64_t{1} << 40), path, ": implausible .npy size");
+  a.bytes.resize(static_cast<size_t>(nbytes));
+  f.read(reinterpret_cast<char*>(a.bytes.data()), nbytes);
+  FP4MOE_CHECK(f.gcount() == nbytes, path, ": truncated .npy data (expected ", nbytes,
+               " bytes, found ", f.gcount(), ")");
+  return a;
+}
+
+void write_npy(const std::string& path, const NpyArray& a) {
+  std::string shape = "(";
+  for (size_t i = 0; i < a.shape.size(); ++i) {
+    shape += std::to_string(a.shape[i]);
+    if (a.shape.size() == 1 || i + 1 < a.shape.size()) shape += ",";
+    if (i + 1 < a.shape.size()) shape += " ";
+  }
+  shape += ")";
+  std::string header = "{'descr': '" + a.descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  const size_t unpadded = 6 + 2 + 2 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::ofstream f(path, std::ios::binary);
+  FP4MOE_CHECK(f.good(), path, ": cannot open for writing");
+  f.write(kMagic, 6);
+  const char version[2] = {1, 0};
+  f.write(version, 2);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  const char lenb[2] = {static_cast<char>(len & 0xFF), static_cast<char>(len >> 8)};
+  f.write(lenb, 2);
+  f.write(header.data(), static_cast<std::streamsize>(header.size()));
+  f.write(reinterpret_cast<const char*>(a.bytes.data()), static_cast<std::streamsize>(a.bytes.size()));
+  FP4MOE_CHECK(f.good(), path, ": write failed");
+}
+
+std::vector<float> npy_to_float(const NpyArray& a, const std::string& what) {
+  const int64_t n = a.elements();
+  std::vector<float> v(static_cast<size_t>(n));
+  if (a.descr == "<f4") {
+    std::memcpy(v.data(), a.bytes.data(), static_cast<size_t>(n) * 4);
+  } else if (a.descr == "<f8") {
+    for (int64_t i = 0; i < n; ++i) {
+      double d;
+      std::memcpy(&d, a.bytes.data() + i * 8, 8);
+      v[i] = static_cast<float>(d);
+    }
+  } else if (a.descr == "<f2") {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, a.bytes.data() + i * 2, 2);
+      v[i] = half_to_float(h);
+    }
+  } else {
+    FP4MOE_FAIL(what, ": dtype '", a.descr, "' is not a float type (expected <f4, <f8 or <f2)");
+  }
+  return v;
+}
+
+NpyArray npy_from_float(const std::vector<float>& v, std::vector<int64_t> shape) {
+  NpyArray a;
+  a.descr = "<f4";
+  a.shape = std::move(shape);
+  a.bytes.resize(v.size() * 4);
+  std::memcpy(a.bytes.data(), v.data(), a.bytes.size());
+  return a;
+}
+
+NpyArray npy_from_bytes(const std::vector<uint8_t>& v, std::vector<int64_t> shape) {
+  NpyArray a;
+  a.descr = "|u1";
+  a.shape = std::move(shape);
+  a.bytes = v;
+  return a;
+}
+
+}  // namespace fp4moe

@@ -1,0 +1,31 @@
+// NumPy .npy files (format versions 1.0-3.0): the interchange format of `fp4moe quantize`
+// and `fp4moe run --input/--output`, readable by any outside tool.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fp4moe {
+
+struct NpyArray {
+  std::string descr;            // numpy dtype string: "<f4", "<f8", "|u1", "<i4", "<u2", ...
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;   // C order, little-endian
+
+  int64_t elements() const;
+  int item_size() const;        // from descr
+};
+
+// Throws fp4moe::Error naming the file and what is wrong (bad magic, unsupported dtype,
+// Fortran order, truncated data).
+NpyArray read_npy(const std::string& path);
+void write_npy(const std::string& path, const NpyArray& a);
+
+// Float conversions of the numeric dtypes we accept: f4, f8, f2 (IEEE half), and bf16 stored as
+// "<V2" or "<u2" raw bits is not guessed - only the dtypes named here.
+std::vector<float> npy_to_float(const NpyArray& a, const std::string& what);
+NpyArray npy_from_float(const std::vector<float>& v, std::vector<int64_t> shape);
+NpyArray npy_from_bytes(const std::vector<uint8_t>& v, std::vector<int64_t> shape);
+
+}  // namespace fp4moe

@@ -1,0 +1,124 @@
+// Reference routing: softmax top-k, and sigmoid + correction bias "noaux_tc" with groups.
+//
+// noaux_tc (DeepSeek-V3 / GLM-5 modeling code):
+//   s      = sigmoid(logits)                      weights come from these un-biased scores
+//   c      = s + e_score_correction_bias          choice scores
+//   group  = sum of the 2 largest c in each of n_group equal groups
+//   keep the topk_group best groups; experts of other groups cannot be chosen (we exclude
+//   them outright; the HF code masks them with 0.0, which could let a masked expert beat a
+//   negative choice score - an artefact we do not reproduce)
+//   ids    = top_k experts by c;  w = s[ids];  w /= sum(w) if norm_topk_prob;  w *= scale
+// Every top-k here orders by (score descending, index ascending): equal scores go to the lower
+// expert / group index. Scores are evaluated in double from the float32 logits.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "fp4moe/error.h"
+#include "fp4moe/moe.h"
+
+namespace fp4moe {
+namespace {
+
+// Indices of the k largest values, ordered by (value desc, index asc).
+std::vector<int> top_k_indices(const std::vector<double>& v, int k,
+                               const std::vector<bool>* allowed = nullptr) {
+  std::vector<int> idx;
+  idx.reserve(v.size());
+  for (int i = 0; i < static_cast<int>(v.size()); ++i)
+    if (!allowed || (*allowed)[i]) idx.push_back(i);
+  std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return v[a] > v[b]; });
+  idx.resize(std::min<size_t>(idx.size(), static_cast<size_t>(k)));
+  return idx;
+}
+
+}  // namespace
+
+Routing route_reference(const RoutingConfig& cfg, std::span<const float> logits, int64_t tokens,
+                        int num_experts, std::span<const float> correction_bias) {
+  FP4MOE_CHECK(tokens >= 0, "route: negative token count ", tokens);
+  FP4MOE_CHECK(static_cast<int64_t>(logits.size()) == tokens * num_experts, "route: logits hold ",
+               logits.size(), " values, expected [", tokens, ", ", num_experts, "]");
+  FP4MOE_CHECK(correction_bias.empty() || static_cast<int>(correction_bias.size()) == num_experts,
+               "route: correction bias holds ", correction_bias.size(), " values, expected ",
+               num_experts);
+  FP4MOE_CHECK(cfg.top_k >= 1 && cfg.top_k <= num_experts, "route: top_k = ", cfg.top_k,
+               " out of [1, ", num_experts, "]");
+  FP4MOE_CHECK(cfg.n_group >= 1 && num_experts % cfg.n_group == 0 && cfg.topk_group >= 1 &&
+                   cfg.topk_group <= cfg.n_group,
+               "route: n_group = ", cfg.n_group, ", topk_group = ", cfg.topk_group,
+               " invalid for ", num_experts, " experts");
+  Routing r;
+  r.tokens = tokens;
+  r.top_k = cfg.top_k;
+  r.ids.resize(static_cast<size_t>(tokens * cfg.top_k));
+  r.weights.resize(r.ids.size());
+  const int E = num_experts, k = cfg.top_k;
+  std::vector<double> score(E), choice(E);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* l = logits.data() + t * E;
+    for (int e = 0; e < E; ++e) {
+      FP4MOE_CHECK(std::isfinite(l[e]), "route: logit (token ", t, ", expert ", e, ") is ", l[e]);
+    }
+    std::vector<int> ids;
+    if (cfg.mode == RoutingMode::kSoftmaxTopK) {
+      const double m = *std::max_element(l, l + E);
+      double sum = 0;
+      for (int e = 0; e < E; ++e) sum += (score[e] = std::exp(static_cast<double>(l[e]) - m));
+      for (int e = 0; e < E; ++e) score[e] /= sum;
+      ids = top_k_indices(score, k);
+    } else {
+      for (int e = 0; e < E; ++e) {
+        score[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(l[e])));
+        choice[e] = score[e] + (correction_bias.empty() ? 0.0 : correction_bias[e]);
+      }
+      std::vector<bool> allowed(E, true);
+      if (cfg.topk_group < cfg.n_group) {
+        const int per_group = E / cfg.n_group;
+        std::vector<double> group_score(cfg.n_group);
+        for (int g = 0; g < cfg.n_group; ++g) {
+          std::vector<double> members(choice.begin() + g * per_group,
+                                      choice.begin() + (g + 1) * per_group);
+          std::partial_sort(members.begin(), members.begin() + std::min(2, per_group),
+                            members.end(), std::greater<>());
+          group_score[g] = members[0] + (per_group > 1 ? members[1] : 0.0);
+        }
+        const std::vector<int> groups = top_k_indices(group_score, cfg.topk_group);
+        std::fill(allowed.begin(), allowed.end(), false);
+        for (int g : groups)
+          std::fill(allowed.begin() + g * per_group, allowed.begin() + (g + 1) * per_group, true);
+      }
+      ids = top_k_indices(choice, k, &allowed);
+    }
+    double wsum = 0;
+    for (int j = 0; j < k; ++j) wsum += score[ids[j]];
+    for (int j = 0; j < k; ++j) {
+      double w = score[ids[j]];
+      if (cfg.norm_topk_prob) w /= (wsum + 1e-20);
+      w *= cfg.routed_scaling_factor;
+      r.ids[t * k + j] = ids[j];
+      r.weights[t * k + j] = static_cast<float>(w);
+    }
+  }
+  return r;
+}
+
+std::vector<float> router_logits_reference(std::span<const float> hidden, int64_t tokens,
+                                           const MoeWeights& w) {
+  const int64_t H = w.config.hidden;
+  const int E = w.config.num_experts;
+  FP4MOE_CHECK(!w.router_weight.empty(), "router logits: the layer has no router weight");
+  FP4MOE_CHECK(static_cast<int64_t>(hidden.size()) == tokens * H, "router logits: hidden holds ",
+               hidden.size(), " values, expected [", tokens, ", ", H, "]");
+  std::vector<float> logits(static_cast<size_t>(tokens * E));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int e = 0; e < E; ++e) {
+      double acc = 0;
+      for (int64_t h = 0; h < H; ++h)
+        acc += static_cast<double>(hidden[t * H + h]) * w.router_weight[e * H + h];
+      logits[t * E + e] = static_cast<float>(acc);
+    }
+  return logits;
+}
+
+}  // namespace fp4moe

@@ -1,0 +1,94 @@
+// Reference routing: hand-computed cases for both modes, tie-breaking, groups, validation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "fp4moe/error.h"
+#include "fp4moe/moe.h"
+
+namespace fp4moe {
+namespace {
+
+TEST(Routing, SoftmaxTopKHandComputedWithTies) {
+  RoutingConfig c{RoutingMode::kSoftmaxTopK, 2, 1, 1, false, 1.0f};
+  // Experts 1 and 3 tie at the top: the lower index ranks first.
+  const std::vector<float> logits = {1, 3, 2, 3};
+  const Routing r = route_reference(c, logits, 1, 4, {});
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{1, 3}));
+  const double z = std::exp(1) + 2 * std::exp(3) + std::exp(2);
+  EXPECT_NEAR(r.weights[0], std::exp(3) / z, 1e-7);
+  EXPECT_NEAR(r.weights[1], std::exp(3) / z, 1e-7);
+  c.norm_topk_prob = true;
+  c.routed_scaling_factor = 2.0f;
+  const Routing n = route_reference(c, logits, 1, 4, {});
+  EXPECT_FLOAT_EQ(n.weights[0], 1.0f);  // 0.5 * 2
+  EXPECT_FLOAT_EQ(n.weights[1], 1.0f);
+}
+
+TEST(Routing, SigmoidNoAuxTcBiasChoosesScoresWeigh) {
+  RoutingConfig c{RoutingMode::kSigmoidNoAuxTc, 2, 1, 1, false, 2.5f};
+  const std::vector<float> logits = {0.0f, 1.0f, 2.0f, -1.0f};
+  // Without bias: experts 2 then 1. A bias of +1 on expert 3 lifts it to the top of the choice.
+  const std::vector<float> bias = {0.0f, 0.0f, 0.0f, 1.0f};
+  const Routing r = route_reference(c, logits, 1, 4, bias);
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{3, 2}));
+  auto sig = [](double x) { return 1 / (1 + std::exp(-x)); };
+  EXPECT_NEAR(r.weights[0], 2.5 * sig(-1.0), 1e-6);  // the un-biased score weighs
+  EXPECT_NEAR(r.weights[1], 2.5 * sig(2.0), 1e-6);
+  c.norm_topk_prob = true;
+  const Routing n = route_reference(c, logits, 1, 4, bias);
+  EXPECT_NEAR(n.weights[0], 2.5 * sig(-1.0) / (sig(-1.0) + sig(2.0)), 1e-6);
+  EXPECT_NEAR(n.weights[0] + n.weights[1], 2.5, 1e-6);
+}
+
+TEST(Routing, GroupLimitedSelection) {
+  // 8 experts in 4 groups of 2; the best 2 groups by (sum of their top-2 choice scores) compete.
+  RoutingConfig c{RoutingMode::kSigmoidNoAuxTc, 2, 4, 2, true, 1.0f};
+  // Group scores (sigmoid sums): g0 {0,1}: logits 5, -5; g1 {2,3}: 1, 1; g2 {4,5}: 4, -4;
+  // g3 {6,7}: 0, 0. sums: g0 ~1.0000, g1 1.4621, g2 ~1.0000 (0.9820+0.0180), g3 1.0.
+  // g1 is best; then g0 (0.99331+0.00669 = 1.0) vs g2 (0.98201+0.01799 = 1.0) vs g3 (1.0): all
+  // equal to rounding in exact arithmetic, so use distinct values instead:
+  const std::vector<float> logits = {5, -2, 1, 1, 4, -4, 0, 0};
+  // g0: 0.99331+0.11920 = 1.1125; g1: 1.4621; g2: 1.0; g3: 1.0 -> groups g1, g0.
+  // Expert 4 (sigmoid 0.982) is excluded although it beats experts 2 and 3.
+  const Routing r = route_reference(c, logits, 1, 8, {});
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 2}));
+  RoutingConfig all = c;
+  all.topk_group = 4;
+  EXPECT_EQ(route_reference(all, logits, 1, 8, {}).ids, (std::vector<int32_t>{0, 4}));
+}
+
+TEST(Routing, RejectsBadInput) {
+  RoutingConfig c{RoutingMode::kSoftmaxTopK, 2, 1, 1, true, 1.0f};
+  EXPECT_THROW(route_reference(c, std::vector<float>(7), 2, 4, {}), Error);
+  EXPECT_THROW(route_reference(c, std::vector<float>(8), 2, 4, std::vector<float>(3)), Error);
+  std::vector<float> nan_logits(8, 0.0f);
+  nan_logits[3] = std::nanf("");
+  EXPECT_THROW(route_reference(c, nan_logits, 2, 4, {}), Error);
+  c.top_k = 5;
+  EXPECT_THROW(route_reference(c, std::vector<float>(8), 2, 4, {}), Error);
+}
+
+TEST(MoeConfigTest, PresetsAndValidation) {
+  const MoeConfig g = MoeConfig::glm5();
+  EXPECT_EQ(g.hidden, 6144);
+  EXPECT_EQ(g.intermediate, 2048);
+  EXPECT_EQ(g.num_experts, 256);
+  EXPECT_EQ(g.routing.top_k, 8);
+  EXPECT_FLOAT_EQ(g.routing.routed_scaling_factor, 2.5f);
+  EXPECT_EQ(MoeConfig::glm5_tp8().intermediate, 256);
+  EXPECT_EQ(MoeConfig::deepseek_v3().routing.n_group, 8);
+  EXPECT_THROW(MoeConfig::preset("glm6"), Error);
+  MoeConfig bad = g;
+  bad.hidden = 6000 + 4;
+  EXPECT_THROW(bad.validate(), Error);
+  bad = g;
+  bad.routing.n_group = 3;  // does not divide 256
+  EXPECT_THROW(bad.validate(), Error);
+  bad = g;
+  bad.routing.top_k = 300;
+  EXPECT_THROW(bad.validate(), Error);
+}
+
+}  // namespace
+}  // namespace fp4moe

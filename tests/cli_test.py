@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""CLI tests: run the fp4moe binary as a user would and check exit codes and output."""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+FP4MOE = sys.argv[1]
+failures = []
+
+
+def run(*args, expect_rc=0):
+    p = subprocess.run([FP4MOE, *args], capture_output=True, text=True, timeout=600)
+    if (expect_rc == 0) != (p.returncode == 0):
+        failures.append(f"fp4moe {' '.join(args)}: rc {p.returncode}\n{p.stdout}{p.stderr}")
+    return p
+
+
+def expect_one_line_error(p, needle):
+    lines = p.stderr.strip().splitlines()
+    if len(lines) != 1 or not lines[0].startswith("fp4moe: error:") or needle not in lines[0]:
+        failures.append(f"expected one error line containing {needle!r}, got {p.stderr!r}")
+
+
+def check(cond, msg):
+    if not cond:
+        failures.append(msg)
+
+
+# info works with or without a GPU
+p = run("info")
+check("fp4moe" in p.stdout and "GPU" in p.stdout, f"info output: {p.stdout}")
+
+# run: a small layer of preset shapes computed by the reference; same seed, same checksum
+p1 = run("run", "--preset", "glm5-tp8", "--tokens", "2", "--seed", "3")
+p2 = run("run", "--preset", "glm5-tp8", "--tokens", "2", "--seed", "3")
+check("checksum" in p1.stdout, f"run output: {p1.stdout}")
+cs = [line for line in p1.stdout.splitlines() if "checksum" in line]
+check(cs and cs == [l for l in p2.stdout.splitlines() if "checksum" in l], "checksum differs")
+
+# bad input: one line on stderr, non-zero exit, no crash
+expect_one_line_error(run("run", "--tokens", "0", expect_rc=1), "tokens")
+expect_one_line_error(run("run", "--preset", "glm6", expect_rc=1), "preset")
+expect_one_line_error(run("run", "--hidden", "100", expect_rc=1), "multiple of")
+expect_one_line_error(run("frobnicate", expect_rc=1), "")
+expect_one_line_error(run("quantize", "/nonexistent.npy", "/tmp/x", expect_rc=1), "cannot open")
+
+with tempfile.TemporaryDirectory() as d:
+    w = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
+    np.save(os.path.join(d, "w.npy"), w)
+    p = run("quantize", os.path.join(d, "w.npy"), os.path.join(d, "w.safetensors"))
+    check("relative error" in p.stdout, f"quantize output: {p.stdout}")
+    check(os.path.getsize(os.path.join(d, "w.safetensors")) > 32 * 32, "no safetensors written")
+    p = run("quantize", "--format", "mxfp4", os.path.join(d, "w.npy"), os.path.join(d, "m"))
+    codes = np.load(os.path.join(d, "m.weight.npy"))
+    check(codes.shape == (32, 32) and codes.dtype == np.uint8, f"mxfp4 codes {codes.shape}")
+    np.save(os.path.join(d, "odd.npy"), w[:, :40])
+    expect_one_line_error(
+        run("quantize", os.path.join(d, "odd.npy"), os.path.join(d, "o"), expect_rc=1),
+        "multiple of the block size 16")
+    np.save(os.path.join(d, "vec.npy"), w[0])
+    expect_one_line_error(
+        run("quantize", os.path.join(d, "vec.npy"), os.path.join(d, "o"), expect_rc=1), "2-D")
+
+if failures:
+    print("\n".join(failures))
+    sys.exit(1)
+print("cli tests passed")

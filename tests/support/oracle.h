@@ -1,0 +1,47 @@
+// Test support: calls tests/oracle/fp_oracle.py (NumPy + ml_dtypes), the independent
+// implementation the format tests compare with element for element.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace fp4moe::test {
+
+inline std::filesystem::path temp_dir() {
+  auto d = std::filesystem::temp_directory_path() /
+           ("fp4moe_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+// Runs the oracle on float32 input and returns its raw output bytes. A missing Python or
+// ml_dtypes is a test failure (scripts/install_deps.sh installs them), never a silent skip.
+inline std::vector<uint8_t> run_oracle(const std::string& op, const std::vector<float>& in,
+                                       const std::string& extra_args = "") {
+  static int counter = 0;
+  const auto dir = temp_dir();
+  const auto src = dir / ("in" + std::to_string(counter) + ".bin");
+  const auto dst = dir / ("out" + std::to_string(counter++) + ".bin");
+  {
+    std::ofstream f(src, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(in.data()), static_cast<std::streamsize>(in.size() * 4));
+  }
+  const std::string cmd = std::string(FP4MOE_PYTHON) + " " + FP4MOE_SOURCE_DIR +
+                          "/tests/oracle/fp_oracle.py " + op + " " + src.string() + " " +
+                          dst.string() + " " + extra_args;
+  const int rc = std::system(cmd.c_str());
+  EXPECT_EQ(rc, 0) << "oracle failed: " << cmd;
+  std::ifstream f(dst, std::ios::binary);
+  std::vector<uint8_t> out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(src);
+  std::filesystem::remove(dst);
+  return out;
+}
+
+}  // namespace fp4moe::test
