@@ -8,5 +8,6 @@ namespace fp4moe::cli {
 void register_info(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_run(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace fp4moe::cli

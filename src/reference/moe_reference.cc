@@ -33,10 +33,17 @@ std::vector<double> nvfp4_gemm_nt(const Nvfp4Matrix& w, const std::vector<double
         }
       }
       for (int64_t t = 0; t < n; ++t) {
+        // Four partial sums (K is a multiple of 16): independent FMA chains, same result on
+        // every machine since the order is fixed.
         const double* xt = x.data() + t * K;
-        double acc = 0;
-        for (int64_t k = 0; k < K; ++k) acc += row[k] * xt[k];
-        y[t * R + r] = acc;
+        double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (int64_t k = 0; k < K; k += 4) {
+          a0 += row[k] * xt[k];
+          a1 += row[k + 1] * xt[k + 1];
+          a2 += row[k + 2] * xt[k + 2];
+          a3 += row[k + 3] * xt[k + 3];
+        }
+        y[t * R + r] = (a0 + a1) + (a2 + a3);
       }
     }
   });

@@ -1,0 +1,62 @@
+// fp4moe/layer.h - the GPU MoE layer: NVFP4 expert weights resident on one GPU, prepacked
+// once into kernel order; one forward() call routes, permutes and runs FC1 (fused SwiGLU) and
+// FC2 (fused deterministic finalize) with no host synchronization, so it can be captured in a
+// CUDA graph (call reserve() for the largest batch first: forward() allocates nothing then).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "fp4moe/moe.h"
+#include "fp4moe/tactic.h"
+
+struct CUstream_st;
+
+namespace fp4moe {
+
+using GpuStream = CUstream_st*;  // a cudaStream_t
+
+struct LayerPlan {
+  Tactic fc1;  // epilogue swiglu
+  Tactic fc2;  // epilogue finalize
+};
+
+struct LayerOptions {
+  int device = 0;
+};
+
+class GpuMoeLayer {
+ public:
+  // Uploads the weights (every expert materialised; the shared expert's width must equal I)
+  // and prepacks them. Throws fp4moe::Error on bad weights or when no GPU is usable.
+  static std::unique_ptr<GpuMoeLayer> create(const MoeWeights& weights,
+                                             const LayerOptions& options = {});
+  virtual ~GpuMoeLayer() = default;
+
+  virtual const MoeConfig& config() const = 0;
+  // Workspace for batches up to max_tokens (with any tactic's split-K up to 8).
+  virtual void reserve(int64_t max_tokens) = 0;
+  // The documented heuristic's plan for a batch of `tokens` (replaced by the tuner's cache
+  // when one is loaded).
+  virtual LayerPlan plan_for(int64_t tokens) const = 0;
+
+  // out [T, H] bf16 = MoE(hidden [T, H] bf16, router logits [T, E] fp32); all pointers are
+  // device memory. Enqueued on `stream`; returns without waiting.
+  virtual void forward(const uint16_t* hidden, const float* logits, int64_t tokens,
+                       uint16_t* out, GpuStream stream, const LayerPlan* plan = nullptr) = 0;
+
+  // As forward(), recording events (cudaEvent_t) on `stream`: events[0] before the routing,
+  // [1] after it, [2] after FC1, [3] after FC2 - the benchmark's per-stage times.
+  virtual void forward_with_events(const uint16_t* hidden, const float* logits, int64_t tokens,
+                                   uint16_t* out, GpuStream stream, void* const (&events)[4],
+                                   const LayerPlan* plan = nullptr) = 0;
+
+  // Device views of the last forward's routing, for tests: [T, k] ids and weights.
+  virtual const int32_t* topk_ids() const = 0;
+  virtual const float* topk_weights() const = 0;
+  // Bytes of weights read by a forward whose routing activates `active_experts` experts.
+  virtual double weight_bytes(int active_experts) const = 0;
+};
+
+}  // namespace fp4moe

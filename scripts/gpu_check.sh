@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# On a machine with a GPU, from already built binaries: the GPU tests, compute-sanitizer
+# (memcheck, racecheck) on small cases, and the benchmarks. Logs and JSON go to OUT_DIR.
+#   scripts/gpu_check.sh BIN_DIR OUT_DIR [tests|sanitize|bench|all]...
+# BIN_DIR holds fp4moe and fp4moe_gpu_tests (a build tree's, or copies of them).
+set -uo pipefail
+bin=$1; out=$2; shift 2
+steps=${*:-all}
+mkdir -p "$out"
+# cuBLAS: the toolkit's, or the one a Python CUDA wheel ships.
+for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia.cu13, os; print(os.path.dirname(nvidia.cu13.__file__)+"/lib")' 2>/dev/null) \
+         $(python3 -c 'import nvidia.cublas, os; print(os.path.dirname(nvidia.cublas.__file__)+"/lib")' 2>/dev/null); do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+done
+has() { [[ " $steps " == *" $1 "* || " $steps " == *" all "* ]]; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
+"$bin/fp4moe" info | tee -a "$out/gpu.txt"
+if has tests; then
+  echo "== GPU tests"; start=$(date +%s)
+  timeout 300 "$bin/fp4moe_gpu_tests" 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |FAILED|rel error|tests ran" 
+  echo "GPU tests took $(( $(date +%s) - start )) s"
+fi
+if has sanitize; then
+  echo "== compute-sanitizer"
+  small='GpuLayer.RepeatedRunsAreBitwiseIdentical:Dequant.*:Prepack*16x256*:Modes/GpuRouting.*T64*'
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/fp4moe_gpu_tests" --gtest_filter="$small" \
+    > "$out/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -3 "$out/memcheck.log"
+  timeout 150 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 "$bin/fp4moe_gpu_tests" \
+    --gtest_filter="$small" > "$out/racecheck.log" 2>&1; echo "racecheck exit $?"; tail -3 "$out/racecheck.log"
+fi
+if has bench; then
+  for p in glm5 glm5-tp8; do
+    echo "== bench $p"
+    timeout 240 "$bin/fp4moe" bench --preset $p --json "$out/bench_$p.json" 2>/dev/null | tee "$out/bench_$p.txt"
+  done
+fi

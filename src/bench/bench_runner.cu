@@ -1,0 +1,189 @@
+// The benchmark runner (see bench_runner.h).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "bench/bench_runner.h"
+#include "bench/cublas_baseline.h"
+#include "fp4moe/bf16.h"
+#include "fp4moe/error.h"
+#include "fp4moe/synthetic.h"
+#include "kernels/common/cuda_check.h"
+#include "runtime/device_buffer.h"
+
+namespace fp4moe {
+namespace {
+
+TimedPath timed(double seconds, const LayerCost& c, const Roofline& f) {
+  TimedPath t;
+  t.median_us = seconds * 1e6;
+  t.gbs = c.bytes / seconds / 1e9;
+  t.tflops = c.flops / seconds / 1e12;
+  t.pct_floor = 100.0 * f.floor_s / seconds;
+  t.x_floor = seconds / f.floor_s;
+  return t;
+}
+
+double rel_error(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = Bf16::from_bits(a[i]).to_float(), y = Bf16::from_bits(b[i]).to_float();
+    if (!std::isfinite(x) || !std::isfinite(y)) return INFINITY;
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+}  // namespace
+
+BenchReport run_bench(const BenchOptions& o) {
+  auto say = [&](const std::string& s) { if (o.progress) o.progress(s); };
+  const CudaEnvironment env = query_cuda_environment();
+  FP4MOE_CHECK(!env.devices.empty(), "bench: no usable GPU (", env.error, ")");
+  BenchReport report;
+  report.gpu = env.devices[0];
+  report.options = o;
+  FP4MOE_CUDA_CHECK(cudaSetDevice(0));
+
+  say("measuring ceilings: read bandwidth, cuBLAS BF16 GEMM");
+  report.ceilings = measure_ceilings();
+
+  say("generating " + o.config.name + " weights (seeded random NVFP4)");
+  SyntheticOptions so;
+  so.seed = o.seed;
+  const MoeWeights w = make_synthetic_moe(o.config, so);
+  say("uploading and prepacking weights");
+  std::unique_ptr<GpuMoeLayer> layer = GpuMoeLayer::create(w);
+  std::unique_ptr<CublasBaseline> base;
+  if (o.baseline) {
+    say("dequantizing the baseline's BF16 weights");
+    base = std::make_unique<CublasBaseline>(w);
+  }
+  const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
+  layer->reserve(max_t);
+  L2Flusher flusher(report.gpu.l2_bytes);
+  cudaStream_t stream;
+  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const MoeConfig& cfg = o.config;
+  const std::vector<float> skew_bias =
+      o.skew > 0 ? make_router_logits(1, cfg.num_experts, o.seed + 99, o.skew) : std::vector<float>{};
+
+  int step = 0;
+  for (int64_t T : o.tokens) {
+    ++step;
+    say("[" + std::to_string(step) + "/" + std::to_string(o.tokens.size()) + "] T = " + std::to_string(T));
+    BenchRow row;
+    row.tokens = T;
+    std::vector<float> hidden = make_hidden_states(T, cfg.hidden, o.seed + T);
+    std::vector<float> logits = make_router_logits(T, cfg.num_experts, o.seed + T);
+    if (!skew_bias.empty())
+      for (int64_t t = 0; t < T; ++t)
+        for (int e = 0; e < cfg.num_experts; ++e) logits[t * cfg.num_experts + e] += skew_bias[e];
+    std::vector<uint16_t> hb(hidden.size());
+    for (size_t i = 0; i < hidden.size(); ++i) hb[i] = Bf16::from_float(hidden[i]).bits;
+    DeviceBuffer dh(hb.size() * 2), dl(logits.size() * 4), dout(T * cfg.hidden * 2), dbase(T * cfg.hidden * 2);
+    FP4MOE_CUDA_CHECK(cudaMemcpy(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+    const LayerPlan plan = layer->plan_for(T);
+    row.fc1_tactic = format_tactic(plan.fc1);
+    row.fc2_tactic = format_tactic(plan.fc2);
+
+    // One checked run: routing for the accounting and the baseline, output for the check.
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(dout.get(), 0xFF, dout.bytes(), stream));
+    layer->forward(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), stream, &plan);
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    Routing r;
+    r.tokens = T;
+    r.top_k = cfg.routing.top_k;
+    r.ids.resize(T * r.top_k);
+    r.weights.resize(T * r.top_k);
+    FP4MOE_CUDA_CHECK(cudaMemcpy(r.ids.data(), layer->topk_ids(), r.ids.size() * 4, cudaMemcpyDeviceToHost));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(r.weights.data(), layer->topk_weights(), r.weights.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<uint16_t> ours(T * cfg.hidden);
+    FP4MOE_CUDA_CHECK(cudaMemcpy(ours.data(), dout.get(), ours.size() * 2, cudaMemcpyDeviceToHost));
+    row.cost = layer_cost(cfg, T, count_active_experts(r.ids, cfg.num_experts));
+    row.floor = roofline(row.cost, report.ceilings.read_bytes_per_s, report.ceilings.bf16_flops);
+
+    auto before = [&] { if (o.cold_l2) flusher.flush(stream); };
+    // Ours: a CUDA graph of the whole layer, replayed.
+    double t_ours;
+    if (o.graph) {
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      layer->forward(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), stream, &plan);
+      FP4MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      t_ours = median_event_time(o.warmup, o.iters, stream,
+                                 [&] { FP4MOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, before);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+    } else {
+      t_ours = median_event_time(o.warmup, o.iters, stream, [&] {
+        layer->forward(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), stream, &plan);
+      }, before);
+    }
+    row.ours = timed(t_ours, row.cost, row.floor);
+    // Per-stage times (plain launches; events between the stages).
+    {
+      cudaEvent_t ev[4];
+      for (auto& e : ev) FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
+      void* const evp[4] = {ev[0], ev[1], ev[2], ev[3]};
+      std::vector<double> st[3];
+      for (int i = 0; i < std::max(5, o.iters / 2); ++i) {
+        before();
+        layer->forward_with_events(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), stream, evp, &plan);
+        FP4MOE_CUDA_CHECK(cudaEventSynchronize(ev[3]));
+        for (int s = 0; s < 3; ++s) {
+          float ms;
+          FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[s], ev[s + 1]));
+          st[s].push_back(ms * 1e3);
+        }
+      }
+      for (auto& v : st) std::sort(v.begin(), v.end());
+      row.routing_us = st[0][st[0].size() / 2];
+      row.fc1_us = st[1][st[1].size() / 2];
+      row.fc2_us = st[2][st[2].size() / 2];
+      for (auto& e : ev) cudaEventDestroy(e);
+    }
+
+    if (base) {
+      base->prepare(r);
+      double best = INFINITY;
+      for (auto m : {CublasBaseline::Method::kGrouped, CublasBaseline::Method::kPerExpert}) {
+        try {
+          base->forward(dh.get<uint16_t>(), dbase.get<uint16_t>(), stream, m);
+          FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+        } catch (const Error& e) {
+          if (m == CublasBaseline::Method::kGrouped) continue;  // cuBLAS < 12.5: per expert only
+          throw;
+        }
+        const double t = median_event_time(std::max(2, o.warmup / 2), std::max(5, o.iters / 2), stream,
+                                           [&] { base->forward(dh.get<uint16_t>(), dbase.get<uint16_t>(), stream, m); },
+                                           before);
+        if (t < best) {
+          best = t;
+          row.baseline_method = to_string(m);
+        }
+      }
+      // The output of the method timed last is in dbase: both methods compute the same thing.
+      std::vector<uint16_t> theirs(T * cfg.hidden);
+      FP4MOE_CUDA_CHECK(cudaMemcpy(theirs.data(), dbase.get(), theirs.size() * 2, cudaMemcpyDeviceToHost));
+      row.rel_error_vs_baseline = rel_error(ours, theirs);
+      FP4MOE_CHECK(row.rel_error_vs_baseline <= o.max_rel_error, "bench: T = ", T,
+                   ": our output differs from the cuBLAS baseline's by ", row.rel_error_vs_baseline,
+                   " (relative Frobenius), more than ", o.max_rel_error);
+      row.has_baseline = true;
+      row.baseline = timed(best, row.cost, row.floor);
+      row.speedup = best / t_ours;
+    }
+    report.rows.push_back(row);
+  }
+  cudaStreamDestroy(stream);
+  return report;
+}
+
+}  // namespace fp4moe

@@ -1,0 +1,64 @@
+// The roofline benchmark: in one process, the ceilings (read bandwidth, cuBLAS BF16), the
+// baseline (cuBLAS on BF16 weights) and our layer, per token count, with ratios.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench/ceilings.h"
+#include "bench/roofline.h"
+#include "fp4moe/hw.h"
+#include "fp4moe/layer.h"
+#include "fp4moe/moe.h"
+
+namespace fp4moe {
+
+struct BenchOptions {
+  MoeConfig config;
+  std::vector<int64_t> tokens;
+  uint64_t seed = 1;
+  double skew = 0;          // 0: uniform routing; > 0: a few experts take most tokens
+  bool cold_l2 = true;      // flush the L2 before every timed run
+  bool graph = true;        // time CUDA-graph replays of the layer (else plain launches)
+  bool baseline = true;
+  int warmup = 5;
+  int iters = 30;
+  double max_rel_error = 2e-2;  // ours vs baseline; larger fails the run
+  std::function<void(const std::string&)> progress;  // one line per step
+};
+
+struct TimedPath {
+  double median_us = 0;
+  double gbs = 0;       // layer bytes / time
+  double tflops = 0;
+  double pct_floor = 0; // 100 * floor / time
+  double x_floor = 0;   // time / floor
+};
+
+struct BenchRow {
+  int64_t tokens = 0;
+  LayerCost cost;
+  Roofline floor;
+  TimedPath ours;
+  std::string fc1_tactic, fc2_tactic;
+  double routing_us = 0, fc1_us = 0, fc2_us = 0;  // per stage (plain launches, median)
+  bool has_baseline = false;
+  TimedPath baseline;
+  std::string baseline_method;
+  double speedup = 0;        // baseline time / our time
+  double rel_error_vs_baseline = 0;
+};
+
+struct BenchReport {
+  GpuSpec gpu;
+  Ceilings ceilings;
+  BenchOptions options;
+  std::vector<BenchRow> rows;
+};
+
+// Runs the whole sweep on GPU 0. Throws fp4moe::Error when our output disagrees with the
+// baseline's by more than options.max_rel_error.
+BenchReport run_bench(const BenchOptions& options);
+
+}  // namespace fp4moe

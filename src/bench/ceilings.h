@@ -1,0 +1,41 @@
+// The two ceilings of the roofline, measured on the GPU in the benchmark's own process.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fp4moe {
+
+struct Ceilings {
+  double read_bytes_per_s = 0;  // streaming 16-byte loads over a buffer many times the L2
+  double bf16_flops = 0;        // cuBLAS BF16 GEMM (fp32 accumulate) on random data
+  int64_t read_buffer_bytes = 0;
+  int gemm_size = 0;
+};
+
+// Median of `iters` timed runs each. Throws on CUDA/cuBLAS errors.
+double measure_read_bandwidth(int64_t bytes, int iters);
+double measure_cublas_bf16_flops(int n, int iters);
+Ceilings measure_ceilings(int iters = 10);
+
+// Evicts the L2 by writing a buffer twice its size (enqueued on `stream`).
+class L2Flusher {
+ public:
+  explicit L2Flusher(int64_t l2_bytes);
+  ~L2Flusher();
+  void flush(cudaStream_t stream);
+
+ private:
+  void* buffer_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// Median time in seconds of fn() between two events, `iters` times after `warmup` runs;
+// before each timed run, `before` (untimed) is enqueued.
+template <typename Fn, typename Before>
+double median_event_time(int warmup, int iters, cudaStream_t stream, Fn&& fn, Before&& before);
+
+}  // namespace fp4moe
+
+#include "bench/ceilings_timing.h"

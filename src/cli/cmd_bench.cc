@@ -1,0 +1,255 @@
+// fp4moe bench: the roofline benchmark. With a GPU: ceilings, baseline and our layer measured
+// in one process, a table per token count and per-stage times. Without one: the byte/FLOP
+// accounting and floors for a table GPU, and the CPU reference timed at small batches.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+
+#include "bench/roofline.h"
+#include "cli/commands.h"
+#include "cli/shape_options.h"
+#include "fp4moe/error.h"
+#include "fp4moe/hw.h"
+#include "fp4moe/synthetic.h"
+#include "fp4moe/version.h"
+
+#ifdef FP4MOE_WITH_CUDA
+#include "bench/bench_runner.h"
+#endif
+
+namespace fp4moe::cli {
+namespace {
+
+struct BenchArgs {
+  ShapeArgs shape;
+  std::string tokens;  // comma list; empty = 1, 2, 4, ..., 16384
+  uint64_t seed = 1;
+  double skew = 0;
+  bool warm_l2 = false, no_graph = false, no_baseline = false;
+  int iters = 30, warmup = 5;
+  std::string json;
+  std::string gpu = "h200";  // accounting GPU when none is present
+  int64_t cpu_max_tokens = 4;
+};
+
+std::vector<int64_t> parse_tokens(const std::string& s) {
+  std::vector<int64_t> v;
+  if (s.empty()) {
+    for (int64_t t = 1; t <= 16384; t *= 2) v.push_back(t);
+    return v;
+  }
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t pos = 0;
+      const long long t = std::stoll(item, &pos);
+      FP4MOE_CHECK(pos == item.size() && t >= 1 && t <= (1 << 24), "--tokens: '", item,
+                   "' is not a token count in [1, 16777216]");
+      v.push_back(t);
+    } catch (const std::logic_error&) {
+      FP4MOE_FAIL("--tokens: '", item, "' is not a number");
+    }
+  }
+  FP4MOE_CHECK(!v.empty(), "--tokens: empty list");
+  return v;
+}
+
+nlohmann::json config_json(const MoeConfig& c) {
+  return {{"name", c.name},
+          {"hidden", c.hidden},
+          {"intermediate", c.intermediate},
+          {"experts", c.num_experts},
+          {"top_k", c.routing.top_k},
+          {"routing", to_string(c.routing.mode)},
+          {"n_group", c.routing.n_group},
+          {"topk_group", c.routing.topk_group},
+          {"shared_intermediate", c.shared_intermediate}};
+}
+
+nlohmann::json gpu_json(const GpuSpec& g) {
+  return {{"name", g.name}, {"sm", g.sm}, {"sms", g.sm_count}, {"l2_bytes", g.l2_bytes},
+          {"smem_per_block", g.smem_per_block_optin}, {"live", g.live}};
+}
+
+nlohmann::json cost_json(const LayerCost& c, const Roofline& f) {
+  return {{"active_experts", c.active_experts}, {"weight_bytes", c.weight_bytes},
+          {"activation_bytes", c.activation_bytes}, {"bytes", c.bytes}, {"flops", c.flops},
+          {"intensity", f.intensity}, {"floor_us", f.floor_s * 1e6},
+          {"memory_us", f.memory_s * 1e6}, {"compute_us", f.compute_s * 1e6},
+          {"bound", f.memory_bound ? "memory" : "compute"}};
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  std::ofstream f(path);
+  FP4MOE_CHECK(f.good(), path, ": cannot open for writing");
+  f << j.dump(2) << "\n";
+  FP4MOE_CHECK(f.good(), path, ": write failed");
+  std::printf("wrote %s\n", path.c_str());
+}
+
+void print_header(const MoeConfig& cfg, const GpuSpec& g, double bw, double tf, const char* src) {
+  std::printf("fp4moe %s bench: %s (H %lld, I %lld, E %d, top-%d, shared I %lld) on %s (sm_%d, %d SMs)\n",
+              FP4MOE_VERSION, cfg.name.c_str(), static_cast<long long>(cfg.hidden),
+              static_cast<long long>(cfg.intermediate), cfg.num_experts, cfg.routing.top_k,
+              static_cast<long long>(cfg.shared_intermediate), g.name.c_str(), g.sm, g.sm_count);
+  std::printf("ceilings (%s): read bandwidth %.0f GB/s, BF16 tensor %.1f TFLOPS; ridge %.0f FLOP/B\n",
+              src, bw / 1e9, tf / 1e12, tf / bw);
+}
+
+#ifdef FP4MOE_WITH_CUDA
+void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
+  BenchOptions o;
+  o.config = cfg;
+  o.tokens = parse_tokens(a.tokens);
+  o.seed = a.seed;
+  o.skew = a.skew;
+  o.cold_l2 = !a.warm_l2;
+  o.graph = !a.no_graph;
+  o.baseline = !a.no_baseline;
+  o.iters = a.iters;
+  o.warmup = a.warmup;
+  const bool tty = isatty(fileno(stderr));
+  o.progress = [tty](const std::string& s) {
+    if (tty) std::fprintf(stderr, "\r\033[K%s", s.c_str());
+    else std::fprintf(stderr, "%s\n", s.c_str());
+  };
+  const BenchReport r = run_bench(o);
+  if (tty) std::fprintf(stderr, "\r\033[K");
+  print_header(cfg, r.gpu, r.ceilings.read_bytes_per_s, r.ceilings.bf16_flops, "measured");
+  std::printf("timing: median of %d %s after %d warm-up, %s L2; baseline: cuBLAS BF16 (routing "
+              "prepared on the host, not timed)\n\n",
+              o.iters, o.graph ? "CUDA-graph replays" : "launches", o.warmup, o.cold_l2 ? "cold" : "warm");
+  std::printf("%6s %4s %9s %9s %7s %4s %9s | %9s %7s %7s %6s %6s | %9s %7s %6s | %s\n", "T", "act",
+              "MB", "GFLOP", "FLOP/B", "bnd", "floor us", "ours us", "GB/s", "TFLOPS", "%floor",
+              "xfloor", "cuBLAS us", "%floor", "speed", "tactics (fc1 / fc2)");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const BenchRow& w : r.rows) {
+    std::printf("%6lld %4d %9.1f %9.2f %7.1f %4s %9.1f | %9.1f %7.0f %7.1f %6.1f %6.2f | %9.1f %7.1f %5.2fx | %s / %s\n",
+                static_cast<long long>(w.tokens), w.cost.active_experts, w.cost.bytes / 1e6,
+                w.cost.flops / 1e9, w.floor.intensity, w.floor.memory_bound ? "mem" : "tc",
+                w.floor.floor_s * 1e6, w.ours.median_us, w.ours.gbs, w.ours.tflops, w.ours.pct_floor,
+                w.ours.x_floor, w.has_baseline ? w.baseline.median_us : NAN,
+                w.has_baseline ? w.baseline.pct_floor : NAN, w.speedup, w.fc1_tactic.c_str(),
+                w.fc2_tactic.c_str());
+    std::printf("%6s   stages: routing+permute %.1f us, FC1 %.1f us, FC2 %.1f us; ours vs cuBLAS rel err %.2e\n",
+                "", w.routing_us, w.fc1_us, w.fc2_us, w.rel_error_vs_baseline);
+    nlohmann::json j = {{"tokens", w.tokens},
+                        {"cost", cost_json(w.cost, w.floor)},
+                        {"ours", {{"median_us", w.ours.median_us}, {"gbs", w.ours.gbs},
+                                  {"tflops", w.ours.tflops}, {"pct_floor", w.ours.pct_floor},
+                                  {"x_floor", w.ours.x_floor}, {"path", "gpu"},
+                                  {"fc1_tactic", w.fc1_tactic}, {"fc2_tactic", w.fc2_tactic},
+                                  {"stages_us", {{"routing", w.routing_us}, {"fc1", w.fc1_us}, {"fc2", w.fc2_us}}}}}};
+    if (w.has_baseline)
+      j["baseline"] = {{"median_us", w.baseline.median_us}, {"gbs", w.baseline.gbs},
+                       {"tflops", w.baseline.tflops}, {"pct_floor", w.baseline.pct_floor},
+                       {"x_floor", w.baseline.x_floor}, {"method", w.baseline_method},
+                       {"speedup", w.speedup}, {"rel_error", w.rel_error_vs_baseline}};
+    rows.push_back(j);
+  }
+  if (!a.json.empty())
+    write_json(a.json, {{"schema", "fp4moe-bench/1"}, {"version", FP4MOE_VERSION},
+                        {"gpu", gpu_json(r.gpu)}, {"config", config_json(cfg)},
+                        {"ceilings", {{"read_gbs", r.ceilings.read_bytes_per_s / 1e9},
+                                      {"bf16_tflops", r.ceilings.bf16_flops / 1e12},
+                                      {"source", "measured"}}},
+                        {"options", {{"seed", o.seed}, {"skew", o.skew}, {"cold_l2", o.cold_l2},
+                                     {"graph", o.graph}, {"iters", o.iters}}},
+                        {"rows", rows}});
+}
+#endif
+
+// No GPU: the accounting for a table GPU, and the CPU reference's time at small batches.
+void run_cpu(const BenchArgs& a, const MoeConfig& cfg, const std::string& why) {
+  const GpuSpec g = resolve_gpu(a.gpu);
+  const double bw = g.mem_bandwidth_gbs * 1e9, tf = g.bf16_tflops * 1e12;
+  FP4MOE_CHECK(bw > 0 && tf > 0, "bench: the table has no bandwidth/BF16 peak for ", g.name);
+  std::printf("no GPU (%s): accounting for %s from its datasheet; our path is the CPU reference\n", why.c_str(),
+              g.name.c_str());
+  print_header(cfg, g, bw, tf, "datasheet");
+  std::printf("\n%6s %4s %9s %9s %7s %4s %9s | %12s\n", "T", "act", "MB", "GFLOP", "FLOP/B", "bnd",
+              "floor us", "cpu ref ms");
+  nlohmann::json rows = nlohmann::json::array();
+  SyntheticOptions so;
+  so.seed = a.seed;
+  so.materialize.assign(cfg.num_experts, false);
+  MoeWeights w = make_synthetic_moe(cfg, so);
+  for (int64_t T : parse_tokens(a.tokens)) {
+    std::vector<float> logits = make_router_logits(T, cfg.num_experts, a.seed + T);
+    if (a.skew > 0) {
+      const std::vector<float> b = make_router_logits(1, cfg.num_experts, a.seed + 99, a.skew);
+      for (int64_t t = 0; t < T; ++t)
+        for (int e = 0; e < cfg.num_experts; ++e) logits[t * cfg.num_experts + e] += b[e];
+    }
+    const Routing r = route_reference(cfg.routing, logits, T, cfg.num_experts, w.correction_bias);
+    const LayerCost c = layer_cost(cfg, T, count_active_experts(r.ids, cfg.num_experts));
+    const Roofline f = roofline(c, bw, tf);
+    double cpu_ms = NAN;
+    if (T <= a.cpu_max_tokens) {
+      SyntheticOptions eo = so;
+      eo.router = false;
+      eo.materialize.assign(cfg.num_experts, false);
+      for (int32_t e : r.ids) eo.materialize[e] = true;
+      MoeWeights ew = make_synthetic_moe(cfg, eo);
+      ew.router_weight = w.router_weight;
+      ew.correction_bias = w.correction_bias;
+      const std::vector<float> hidden = make_hidden_states(T, cfg.hidden, a.seed + T);
+      const auto t0 = std::chrono::steady_clock::now();
+      moe_reference(ew, hidden, T, r);
+      cpu_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    std::printf("%6lld %4d %9.1f %9.2f %7.1f %4s %9.1f | %12.1f\n", static_cast<long long>(T),
+                c.active_experts, c.bytes / 1e6, c.flops / 1e9, f.intensity,
+                f.memory_bound ? "mem" : "tc", f.floor_s * 1e6, cpu_ms);
+    nlohmann::json j = {{"tokens", T}, {"cost", cost_json(c, f)}};
+    if (std::isfinite(cpu_ms)) j["ours"] = {{"median_us", cpu_ms * 1e3}, {"path", "cpu_reference"}};
+    rows.push_back(j);
+  }
+  if (!a.json.empty())
+    write_json(a.json, {{"schema", "fp4moe-bench/1"}, {"version", FP4MOE_VERSION},
+                        {"gpu", gpu_json(g)}, {"config", config_json(cfg)},
+                        {"ceilings", {{"read_gbs", bw / 1e9}, {"bf16_tflops", tf / 1e12}, {"source", "datasheet"}}},
+                        {"options", {{"seed", a.seed}, {"skew", a.skew}}},
+                        {"rows", rows}});
+}
+
+void run_bench_command(const BenchArgs& a) {
+  const MoeConfig cfg = a.shape.resolve();
+  parse_tokens(a.tokens);  // validate before any work
+  const CudaEnvironment env = query_cuda_environment();
+#ifdef FP4MOE_WITH_CUDA
+  if (!env.devices.empty()) {
+    run_gpu(a, cfg);
+    return;
+  }
+#endif
+  run_cpu(a, cfg, env.error);
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand("bench", "Roofline benchmark: ceilings, cuBLAS baseline, our layer");
+  a->shape.add_to(cmd);
+  cmd->add_option("--tokens", a->tokens, "Comma-separated token counts (default 1,2,4,...,16384)");
+  cmd->add_option("--seed", a->seed, "Seed of weights, inputs and router");
+  cmd->add_option("--skew", a->skew, "Routing skew (0: uniform; 2: a few experts take most tokens)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--warm-l2", a->warm_l2, "Do not flush the L2 before each timed run");
+  cmd->add_flag("--no-graph", a->no_graph, "Time plain launches instead of CUDA-graph replays");
+  cmd->add_flag("--no-baseline", a->no_baseline, "Skip the cuBLAS BF16 baseline");
+  cmd->add_option("--iters", a->iters, "Timed runs per measurement (median)")->check(CLI::Range(1, 100000));
+  cmd->add_option("--warmup", a->warmup, "Untimed runs first")->check(CLI::Range(0, 100000));
+  cmd->add_option("--json", a->json, "Write the results as JSON (schema fp4moe-bench/1)");
+  cmd->add_option("--gpu", a->gpu, "Without a GPU: the table GPU whose datasheet gives the floors");
+  cmd->add_option("--cpu-max-tokens", a->cpu_max_tokens, "Without a GPU: time the CPU reference up to this T");
+  cmd->callback([a] { run_bench_command(*a); });
+}
+
+}  // namespace fp4moe::cli

@@ -1,0 +1,19 @@
+// FP4MOE_CUDA_CHECK(call): every CUDA runtime call is checked; a failure throws fp4moe::Error
+// naming the call, the error and where it happened. FP4MOE_CUDA_CHECK_LAUNCH() checks the
+// last error right after a kernel launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "fp4moe/error.h"
+
+#define FP4MOE_CUDA_CHECK(call)                                                             \
+  do {                                                                                      \
+    const cudaError_t fp4moe_status_ = (call);                                              \
+    if (fp4moe_status_ != cudaSuccess)                                                      \
+      ::fp4moe::detail::throw_error(__FILE__, __LINE__, "CUDA error in ", #call, ": ",     \
+                                    cudaGetErrorString(fp4moe_status_), " (", __FILE__, ":", \
+                                    __LINE__, ")");                                         \
+  } while (0)
+
+#define FP4MOE_CUDA_CHECK_LAUNCH() FP4MOE_CUDA_CHECK(cudaGetLastError())

@@ -1,0 +1,28 @@
+// Builds a registry entry for one w4a16 tactic (included by the src/kernels/inst files only).
+#pragma once
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/gemm/sm80_w4a16_grouped_gemm.cuh"
+#include "kernels/gemm/w4a16_registry.h"
+
+namespace fp4moe::kernels {
+
+template <Tactic kT>
+W4a16Kernel make_w4a16_kernel() {
+  static_assert(decode_tactic(encode_tactic(kT)) == kT, "tactic does not survive its encoding");
+  W4a16Kernel k;
+  k.tactic = kT;
+  k.function = reinterpret_cast<const void*>(&w4a16_grouped_gemm_kernel<encode_tactic(kT)>);
+  k.dynamic_smem_bytes = [](int experts) { return W4a16Traits<kT>::dynamic_smem_bytes(experts); };
+  k.launch = [](const W4a16GemmParams& p, int grid, int smem, cudaStream_t stream) {
+    w4a16_grouped_gemm_kernel<encode_tactic(kT)><<<grid, kT.warps * 32, smem, stream>>>(p);
+    FP4MOE_CUDA_CHECK_LAUNCH();
+  };
+  return k;
+}
+
+constexpr Tactic w4a16_tactic(int rows, int tokens, int stages, int warps, Epilogue ep) {
+  return Tactic{Family::kW4a16Mma, rows, tokens, 256, stages, warps, 1, ep, false};
+}
+
+}  // namespace fp4moe::kernels

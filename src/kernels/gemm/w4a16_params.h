@@ -1,0 +1,50 @@
+// Launch parameters of the w4a16 grouped GEMM families (host and device visible).
+//
+// One launch computes, for every expert e with n_e > 0 permuted rows,
+//   out^T[rows, n_e] = W_e[rows, K] . X_e^T[K, n_e]       (swap-AB: weight rows on the MMA's M)
+// where X_e's rows are gathered (FC1: hidden[token(p)]) or contiguous (FC2: act[p]), and the
+// epilogue turns the fp32 accumulators into the family's output (none / swiglu / finalize).
+#pragma once
+
+#include <cstdint>
+
+namespace fp4moe::kernels {
+
+struct W4a16GemmParams {
+  // ---- weights, prepacked (src/runtime/prepack.h): [expert][rowtile][kgroup] --------------
+  const uint8_t* weights = nullptr;  // 2048 B per (rowtile of 16 rows, kgroup of 256 K)
+  const uint8_t* scales = nullptr;   // 256 B per (rowtile, kgroup)
+  int rowtiles = 0;                  // per expert: ceil(rows / 16)
+  int kgroups = 0;                   // per expert: ceil(K / 256)
+  int rows = 0;                      // real output rows (FC1: 2 * I interleaved; FC2: H)
+  int k = 0;                         // real K (a multiple of 16)
+  // ---- grouping: permuted rows [offsets[e], offsets[e+1]) belong to expert e ---------------
+  int num_experts = 0;               // groups, the shared expert included
+  const int* expert_offsets = nullptr;  // [num_experts + 1], on the device
+  // ---- B operand: bf16 rows of K elements --------------------------------------------------
+  const uint16_t* x = nullptr;       // bf16 bits
+  int64_t x_stride = 0;              // elements between rows
+  const int* gather = nullptr;       // permuted row -> x row; nullptr = identity
+  // ---- epilogue ----------------------------------------------------------------------------
+  const float* scale_a = nullptr;    // per expert: FC1 gate / FC2 down / none: the global scale
+  const float* scale_b = nullptr;    // per expert: FC1 up global scale
+  int split_k = 1;
+  float* partials = nullptr;         // split-K partials [split][permuted row][rowtiles * 16]
+  int* tile_counters = nullptr;      // split-K arrivals per output tile (zero between launches)
+  int64_t partial_rows = 0;          // permuted-row capacity of `partials`
+  // none: raw fp32 output [permuted row][rowtiles * 16]
+  float* raw_out = nullptr;
+  // swiglu: act[permuted row][act_cols] bf16, act_cols = I
+  uint16_t* act_out = nullptr;
+  int act_cols = 0;
+  // finalize: out[token][rows] bf16 = sum over the token's slots of weight * row
+  const float* row_weight = nullptr;   // [permuted row]
+  const int* row_token = nullptr;      // [permuted row] -> token
+  const int* pair_row = nullptr;       // [token][slot] -> permuted row
+  int slots = 0;                       // slots per token (top-k, +1 with a shared expert)
+  float* rows_out = nullptr;           // weighted rows [split][permuted row][rows] fp32
+  int* token_counters = nullptr;       // arrivals per (token, row block) (zero between launches)
+  uint16_t* out = nullptr;             // [token][rows] bf16
+};
+
+}  // namespace fp4moe::kernels

@@ -1,0 +1,32 @@
+// The table of compiled w4a16 kernels: each tactic maps to its launch function. Dispatch,
+// the tuner and the resource-model test all go through this table (no macro dispatch).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <span>
+#include <vector>
+
+#include "fp4moe/tactic.h"
+#include "kernels/gemm/w4a16_params.h"
+
+namespace fp4moe::kernels {
+
+struct W4a16Kernel {
+  Tactic tactic;  // split_k = 1 here: the split is a launch parameter
+  const void* function;                          // the __global__ function
+  int (*dynamic_smem_bytes)(int experts);
+  void (*launch)(const W4a16GemmParams& p, int grid, int dynamic_smem, cudaStream_t stream);
+};
+
+// Every instantiated kernel (src/kernels/inst/*.cu).
+std::span<const W4a16Kernel> w4a16_kernels();
+// The kernel of tactic t (its split_k is ignored), or nullptr.
+const W4a16Kernel* find_w4a16_kernel(const Tactic& t);
+
+// Instantiation lists, one per file in src/kernels/inst.
+std::vector<W4a16Kernel> w4a16_swiglu_kernels();
+std::vector<W4a16Kernel> w4a16_finalize_kernels();
+std::vector<W4a16Kernel> w4a16_none_kernels();
+
+}  // namespace fp4moe::kernels

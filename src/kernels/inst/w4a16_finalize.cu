@@ -1,0 +1,20 @@
+// Instantiations of the w4a16_mma family with the finalize epilogue.
+#include "kernels/gemm/w4a16_launch.cuh"
+
+namespace fp4moe::kernels {
+
+std::vector<W4a16Kernel> w4a16_finalize_kernels() {
+  constexpr Epilogue kEp = Epilogue::kFinalize;
+  return {
+      make_w4a16_kernel<w4a16_tactic(64, 8, 4, 4, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(64, 16, 4, 4, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(64, 32, 4, 4, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(64, 64, 3, 4, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(128, 8, 4, 4, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(128, 16, 4, 4, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(128, 32, 3, 4, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(128, 64, 3, 4, kEp)>(),
+  };
+}
+
+}  // namespace fp4moe::kernels

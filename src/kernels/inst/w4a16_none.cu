@@ -1,0 +1,14 @@
+// Instantiations of the w4a16_mma family with the none epilogue.
+#include "kernels/gemm/w4a16_launch.cuh"
+
+namespace fp4moe::kernels {
+
+std::vector<W4a16Kernel> w4a16_none_kernels() {
+  constexpr Epilogue kEp = Epilogue::kNone;
+  return {
+      make_w4a16_kernel<w4a16_tactic(64, 16, 4, 4, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(128, 32, 3, 4, kEp)>(),
+  };
+}
+
+}  // namespace fp4moe::kernels

@@ -1,0 +1,100 @@
+// prepack_layout.h - the kernel order of NVFP4 weights for the w4a16 families, shared by the
+// host reference prepacker, the GPU prepack kernel and (implicitly) the GEMM's loads.
+//
+// A weight matrix [rows, K] (checkpoint layout: codes [rows][K/2], scales [rows][K/16]) becomes
+// rowtiles = ceil(rows / 16) x kgroups = ceil(K / 256) blocks, row tile major:
+//   weights: 2048 B per (rowtile, kgroup) = [chunk c: 4][lane: 32][word s: 4] x 32 bit
+//   scales:   256 B per (rowtile, kgroup) = [lane: 32][8 B], byte 2c = row g, 2c+1 = row g+8
+// Lane l = 4g + t holds, for 64-K chunk c and MMA step s, the 8 values
+//   rows {g, g+8} x k = 256*kgroup + 64c + 16t + 4s + {0,1,2,3}
+// in the word layout of dequant_nvfp4.cuh (V0 V1 = row g k+0,+1; V2 V3 = row g+8 k+0,+1;
+// V4 V5 = row g k+2,+3; V6 V7 = row g+8 k+2,+3), and the block scale of block
+// 16*kgroup + 4c + t of rows g and g+8. That is: the MMA's k slots are permuted so that each
+// lane's 16 values of a row fall into one 16-element block (one scale per row per chunk), and
+// the B operand (tokens) is read with the same permutation: 16 contiguous bytes per lane.
+// Rows or K beyond the matrix are code 0 with scale 0 (they contribute exact zeros).
+//
+// FC1 (gate and up, I rows each) is interleaved in 8-row groups: row tile q holds gate rows
+// 8q..8q+7 as its rows 0-7 and up rows 8q..8q+7 as rows 8-15, so the thread holding gate row
+// j of a token also holds up row j: SwiGLU happens in registers.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/dequant_nvfp4.cuh"
+
+namespace fp4moe::kernels {
+
+inline constexpr int kPrepackRowTile = 16;
+inline constexpr int kPrepackKGroup = 256;
+inline constexpr int kPrepackWeightBytes = 2048;  // per (rowtile, kgroup)
+inline constexpr int kPrepackScaleBytes = 256;
+
+struct PrepackShape {
+  int64_t rows = 0;  // packed rows (FC1: 2 * I)
+  int64_t k = 0;
+  __host__ __device__ int64_t rowtiles() const { return (rows + 15) / 16; }
+  __host__ __device__ int64_t kgroups() const { return (k + 255) / 256; }
+  __host__ __device__ int64_t weight_bytes() const { return rowtiles() * kgroups() * kPrepackWeightBytes; }
+  __host__ __device__ int64_t scale_bytes() const { return rowtiles() * kgroups() * kPrepackScaleBytes; }
+};
+
+// Where packed row R comes from: matrix 0 or 1 (FC1: gate / up) and its row, or -1 (padding).
+struct SourceRow {
+  int matrix;
+  int64_t row;
+};
+__host__ __device__ inline SourceRow prepack_source_row(int64_t packed_row, int64_t src_rows,
+                                                        bool interleave_gate_up) {
+  if (!interleave_gate_up) return {0, packed_row < src_rows ? packed_row : -1};
+  const int64_t q = packed_row / 16, w = packed_row % 16;
+  const int64_t r = 8 * q + (w & 7);
+  return {w < 8 ? 0 : 1, r < src_rows ? r : -1};
+}
+
+// A checkpoint-layout NVFP4 matrix seen by the prepacker.
+struct Nvfp4View {
+  const uint8_t* codes = nullptr;   // [rows][k/2]
+  const uint8_t* scales = nullptr;  // [rows][k/16] E4M3
+};
+
+__host__ __device__ inline uint32_t view_code(const Nvfp4View& v, int64_t k, int64_t row, int64_t col) {
+  const uint8_t b = v.codes[row * (k / 2) + col / 2];
+  return (col & 1) ? (b >> 4) : (b & 0xF);
+}
+
+// The prepacked word at (rowtile, kgroup, chunk c, lane, step s).
+__host__ __device__ inline uint32_t prepack_word(const Nvfp4View* src, int64_t src_rows, int64_t k,
+                                                 bool interleave, int64_t rowtile, int64_t kgroup,
+                                                 int c, int lane, int s) {
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t k0 = kgroup * 256 + 64 * c + 16 * t + 4 * s;
+  uint32_t word = 0;
+  for (int half = 0; half < 2; ++half) {  // row g, row g + 8
+    const SourceRow sr = prepack_source_row(rowtile * 16 + g + 8 * half, src_rows, interleave);
+    if (sr.row < 0) continue;
+    for (int i = 0; i < 4; ++i) {
+      const int64_t col = k0 + i;
+      if (col >= k) continue;
+      const uint32_t code = view_code(src[sr.matrix], k, sr.row, col);
+      // V slot: k +0,+1 -> V0,V1 (row g) / V2,V3 (row g+8); k +2,+3 -> V4,V5 / V6,V7.
+      const int v = (i < 2 ? 0 : 4) + 2 * half + (i & 1);
+      word |= fp4_word_place(code, v);
+    }
+  }
+  return word;
+}
+
+// Scale byte b (0..7) of lane `lane` at (rowtile, kgroup).
+__host__ __device__ inline uint8_t prepack_scale(const Nvfp4View* src, int64_t src_rows, int64_t k,
+                                                 bool interleave, int64_t rowtile, int64_t kgroup,
+                                                 int lane, int b) {
+  const int g = lane >> 2, t = lane & 3, c = b >> 1, half = b & 1;
+  const int64_t block = kgroup * 16 + 4 * c + t;
+  if (block * 16 >= k) return 0;
+  const SourceRow sr = prepack_source_row(rowtile * 16 + g + 8 * half, src_rows, interleave);
+  if (sr.row < 0) return 0;
+  return src[sr.matrix].scales[sr.row * (k / 16) + block];
+}
+
+}  // namespace fp4moe::kernels

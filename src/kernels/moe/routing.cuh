@@ -1,0 +1,51 @@
+// routing.cuh - GPU routing (the two modes of the reference) and the permutation that groups
+// (token, slot) pairs by expert. No host synchronization: counts and offsets stay on the device.
+//
+// Outputs (P = T * slots permuted rows; slots = top_k + 1 with a shared expert, whose pairs
+// (t, top_k) go to the last group E, one row per token, weight 1):
+//   topk_ids [T][k], topk_weights [T][k]       the routing, in rank order
+//   expert_offsets [E + 2]                     rows [offsets[e], offsets[e+1]) belong to group e
+//   row_token [P], row_weight [P]              permuted row -> token, routing weight
+//   pair_row [T][slots]                        (token, slot) -> permuted row
+// Rows inside one expert's range are in arrival order (atomics): which position a pair takes
+// does not change any output bit, because every row of a GEMM tile is computed on its own
+// and the finalize sums each token's slots in slot order.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fp4moe::kernels {
+
+struct RoutingParams {
+  const float* logits = nullptr;            // [T][E]
+  const float* correction_bias = nullptr;   // [E] or null
+  int tokens = 0, experts = 0, top_k = 0;
+  int mode = 0;                             // 0 softmax top-k, 1 sigmoid noaux_tc
+  int n_group = 1, topk_group = 1;
+  bool norm_topk_prob = true;
+  float routed_scaling_factor = 1.0f;
+  bool shared_expert = false;
+  // outputs
+  int* topk_ids = nullptr;
+  float* topk_weights = nullptr;
+  int* expert_offsets = nullptr;  // [E + 2]
+  int* row_token = nullptr;
+  float* row_weight = nullptr;
+  int* pair_row = nullptr;
+  // scratch for the multi-CTA path: counts [E + 1] and fill cursors [E + 1], zeroed first
+  int* counts = nullptr;
+  int* cursors = nullptr;
+};
+
+// Largest supported expert count (one warp holds a token's scores, 32 per lane).
+inline constexpr int kMaxRoutedExperts = 1024;
+// Up to this many tokens one CTA routes and permutes in a single launch.
+inline constexpr int kSingleCtaRoutingTokens = 256;
+
+// Launches the routing and permutation (1 kernel for T <= kSingleCtaRoutingTokens, else a
+// memset and 2 kernels). Checks the launch errors; never synchronizes.
+void launch_routing(const RoutingParams& p, cudaStream_t stream);
+
+}  // namespace fp4moe::kernels

@@ -1,0 +1,347 @@
+// GpuMoeLayer: device weights (prepacked), workspace, and the forward pass
+//   routing + permutation  ->  FC1 (gather, SwiGLU)  ->  FC2 (finalize)
+// as 3 launches (4 with the multi-CTA routing), none of which waits for the host.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "fp4moe/error.h"
+#include "fp4moe/heuristic.h"
+#include "fp4moe/hw.h"
+#include "fp4moe/layer.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/gemm/w4a16_registry.h"
+#include "kernels/moe/routing.cuh"
+#include "kernels/moe/weight_prep.h"
+#include "runtime/device_buffer.h"
+
+namespace fp4moe {
+namespace {
+
+using kernels::W4a16GemmParams;
+using kernels::W4a16Kernel;
+
+constexpr int kMaxSplit = 8;
+
+// Per-kernel launch facts, computed once: CTAs per SM at the dynamic smem for `experts`.
+struct KernelLaunchInfo {
+  int dynamic_smem = 0;
+  int ctas_per_sm = 0;
+};
+
+KernelLaunchInfo launch_info(const W4a16Kernel& k, int experts) {
+  KernelLaunchInfo info;
+  info.dynamic_smem = k.dynamic_smem_bytes(experts);
+  // Only ever raise the kernel's limit: another layer (more experts) may need more.
+  cudaFuncAttributes attr{};
+  FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, k.function));
+  if (attr.maxDynamicSharedSizeBytes < info.dynamic_smem)
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(k.function, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           info.dynamic_smem));
+  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &info.ctas_per_sm, k.function, k.tactic.warps * 32, info.dynamic_smem));
+  FP4MOE_CHECK(info.ctas_per_sm > 0, "tactic ", format_tactic(k.tactic),
+               " cannot run on this GPU (", info.dynamic_smem, " B of shared memory)");
+  return info;
+}
+
+class GpuMoeLayerImpl final : public GpuMoeLayer {
+ public:
+  GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt);
+  const MoeConfig& config() const override { return cfg_; }
+  void reserve(int64_t max_tokens) override;
+  LayerPlan plan_for(int64_t tokens) const override { return heuristic_plan(cfg_, tokens, gpu_); }
+  void forward(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
+               GpuStream stream, const LayerPlan* plan) override {
+    run(hidden, logits, tokens, out, stream, plan, nullptr);
+  }
+  void forward_with_events(const uint16_t* hidden, const float* logits, int64_t tokens,
+                           uint16_t* out, GpuStream stream, void* const (&events)[4],
+                           const LayerPlan* plan) override {
+    run(hidden, logits, tokens, out, stream, plan, events);
+  }
+  const int32_t* topk_ids() const override { return topk_ids_.get<int32_t>(); }
+  const float* topk_weights() const override { return topk_w_.get<float>(); }
+  double weight_bytes(int active) const override {
+    const double per_group = static_cast<double>(fc1_.weight_bytes() + fc1_.scale_bytes() +
+                                                 fc2_.weight_bytes() + fc2_.scale_bytes());
+    return per_group * (active + (cfg_.has_shared_expert() ? 1 : 0));
+  }
+
+ private:
+  void run(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
+           cudaStream_t stream, const LayerPlan* plan, void* const* events);
+  void ensure_workspace(int64_t tokens, const LayerPlan& plan, cudaStream_t stream);
+  const W4a16Kernel& kernel_for(const Tactic& t, Epilogue ep) const;
+  int grid_for(const W4a16Kernel& k, int64_t rows_bound, int rowtiles, int split);
+
+  MoeConfig cfg_;
+  GpuSpec gpu_;
+  int groups_ = 0;  // routed experts + shared
+  int slots_ = 0;   // per token
+  kernels::PrepackShape fc1_, fc2_;
+  DeviceBuffer w13_, s13_, w2_, s2_, gate_gs_, up_gs_, down_gs_, bias_;
+  // workspace
+  int64_t cap_tokens_ = 0;
+  DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, counts_,
+      cursors_, act_, partials_, tile_counters_, rows_out_, token_counters_;
+  std::mutex info_mutex_;
+  std::vector<std::pair<const void*, KernelLaunchInfo>> infos_;
+};
+
+GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) : cfg_(w.config) {
+  w.validate();
+  const CudaEnvironment env = query_cuda_environment();
+  FP4MOE_CHECK(!env.devices.empty(), "GPU layer: no usable GPU (", env.error, ")");
+  FP4MOE_CHECK(opt.device >= 0 && opt.device < static_cast<int>(env.devices.size()),
+               "GPU layer: device ", opt.device, " out of range (", env.devices.size(), " GPUs)");
+  gpu_ = env.devices[opt.device];
+  FP4MOE_CHECK(gpu_.sm >= 80, "GPU layer: ", gpu_.name, " is sm_", gpu_.sm,
+               "; the kernels need sm_80 or newer");
+  FP4MOE_CUDA_CHECK(cudaSetDevice(opt.device));
+  FP4MOE_CHECK(!cfg_.quantize_activations,
+               "GPU layer: W4A4 activation quantization is a reference-only option (the GPU "
+               "kernels compute W4A16)");
+  FP4MOE_CHECK(cfg_.num_experts <= kernels::kMaxRoutedExperts, "GPU layer: ", cfg_.num_experts,
+               " experts exceed the routing limit ", kernels::kMaxRoutedExperts);
+  for (int e = 0; e < cfg_.num_experts; ++e)
+    FP4MOE_CHECK(w.experts[e].materialized(), "GPU layer: expert ", e, " is not materialised");
+  if (cfg_.has_shared_expert())
+    FP4MOE_CHECK(cfg_.shared_intermediate == cfg_.intermediate,
+                 "GPU layer: the shared expert's width ", cfg_.shared_intermediate,
+                 " must equal the routed experts' ", cfg_.intermediate,
+                 " (it runs as one more group of the same grouped GEMM)");
+  groups_ = cfg_.num_experts + (cfg_.has_shared_expert() ? 1 : 0);
+  slots_ = cfg_.routing.top_k + (cfg_.has_shared_expert() ? 1 : 0);
+  const int64_t H = cfg_.hidden, I = cfg_.intermediate;
+  fc1_ = {2 * I, H};
+  fc2_ = {H, I};
+  w13_.resize(fc1_.weight_bytes() * groups_);
+  s13_.resize(fc1_.scale_bytes() * groups_);
+  w2_.resize(fc2_.weight_bytes() * groups_);
+  s2_.resize(fc2_.scale_bytes() * groups_);
+  std::vector<float> gate_gs(groups_), up_gs(groups_), down_gs(groups_);
+
+  // Stage one expert's checkpoint-layout tensors at a time, prepack into place.
+  DeviceBuffer codes[3], scales[3];
+  const int64_t sizes[3] = {I * H, I * H, H * I};
+  for (int i = 0; i < 3; ++i) {
+    codes[i].resize(sizes[i] / 2);
+    scales[i].resize(sizes[i] / 16);
+  }
+  for (int gi = 0; gi < groups_; ++gi) {
+    const ExpertWeights& ex = gi < cfg_.num_experts ? w.experts[gi] : *w.shared;
+    const Nvfp4Matrix* m[3] = {&ex.gate, &ex.up, &ex.down};
+    for (int i = 0; i < 3; ++i) {
+      FP4MOE_CUDA_CHECK(cudaMemcpy(codes[i].get(), m[i]->data.data(), m[i]->data.size(),
+                                   cudaMemcpyHostToDevice));
+      FP4MOE_CUDA_CHECK(cudaMemcpy(scales[i].get(), m[i]->block_scales.data(),
+                                   m[i]->block_scales.size(), cudaMemcpyHostToDevice));
+    }
+    const kernels::Nvfp4View gate{codes[0].get<uint8_t>(), scales[0].get<uint8_t>()};
+    const kernels::Nvfp4View up{codes[1].get<uint8_t>(), scales[1].get<uint8_t>()};
+    const kernels::Nvfp4View down{codes[2].get<uint8_t>(), scales[2].get<uint8_t>()};
+    kernels::launch_prepack(gate, up, I, H, true, w13_.get<uint8_t>() + gi * fc1_.weight_bytes(),
+                            s13_.get<uint8_t>() + gi * fc1_.scale_bytes(), nullptr);
+    kernels::launch_prepack(down, down, H, I, false, w2_.get<uint8_t>() + gi * fc2_.weight_bytes(),
+                            s2_.get<uint8_t>() + gi * fc2_.scale_bytes(), nullptr);
+    // The staging buffers are reused by the next expert: wait for the prepack.
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    gate_gs[gi] = ex.gate.global_scale;
+    up_gs[gi] = ex.up.global_scale;
+    down_gs[gi] = ex.down.global_scale;
+  }
+  auto upload = [](DeviceBuffer& b, const std::vector<float>& v) {
+    b.resize(std::max<size_t>(4, v.size() * 4));
+    if (!v.empty())
+      FP4MOE_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+  };
+  upload(gate_gs_, gate_gs);
+  upload(up_gs_, up_gs);
+  upload(down_gs_, down_gs);
+  upload(bias_, w.correction_bias);
+}
+
+const W4a16Kernel& GpuMoeLayerImpl::kernel_for(const Tactic& t, Epilogue ep) const {
+  FP4MOE_CHECK(t.family == Family::kW4a16Mma, "GPU layer: tactic ", format_tactic(t),
+               " is not of the w4a16_mma family");
+  FP4MOE_CHECK(t.epilogue == ep, "GPU layer: tactic ", format_tactic(t), " has epilogue ",
+               to_string(t.epilogue), ", this GEMM needs ", to_string(ep));
+  FP4MOE_CHECK(t.split_k >= 1 && t.split_k <= kMaxSplit, "GPU layer: split-K ", t.split_k,
+               " out of [1, ", kMaxSplit, "]");
+  const W4a16Kernel* k = kernels::find_w4a16_kernel(t);
+  FP4MOE_CHECK(k != nullptr, "GPU layer: tactic ", format_tactic(t), " is not compiled in");
+  return *k;
+}
+
+int GpuMoeLayerImpl::grid_for(const W4a16Kernel& k, int64_t rows_bound, int rowtiles, int split) {
+  KernelLaunchInfo info;
+  {
+    std::lock_guard<std::mutex> lock(info_mutex_);
+    auto it = std::find_if(infos_.begin(), infos_.end(),
+                           [&](const auto& p) { return p.first == k.function; });
+    if (it == infos_.end()) {
+      infos_.emplace_back(k.function, launch_info(k, groups_));
+      it = infos_.end() - 1;
+    }
+    info = it->second;
+  }
+  const int64_t row_blocks = (rowtiles + k.tactic.tile_rows / 16 - 1) / (k.tactic.tile_rows / 16);
+  const int64_t tiles_bound = (rows_bound + k.tactic.tile_tokens - 1) / k.tactic.tile_tokens + groups_;
+  const int64_t units_bound = tiles_bound * row_blocks * split;
+  return static_cast<int>(std::min<int64_t>(units_bound, int64_t{info.ctas_per_sm} * gpu_.sm_count));
+}
+
+void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cudaStream_t stream) {
+  const int64_t P = tokens * slots_;
+  const int64_t H = cfg_.hidden, I = cfg_.intermediate;
+  const int64_t fc1_rows_pad = fc1_.rowtiles() * 16;
+  const int64_t fc2_row_blocks = (fc2_.rowtiles() + 3) / 4;  // 64-row blocks: the finest tactic
+  const int64_t tiles_bound = (P + 7) / 8 + groups_;
+  const int64_t fc1_row_blocks = (fc1_.rowtiles() + 3) / 4;
+  struct Need {
+    DeviceBuffer* buf;
+    size_t bytes;
+    bool zero;  // counters must start at zero (the kernels reset them after use)
+  };
+  const Need needs[] = {
+      {&topk_ids_, size_t(tokens * cfg_.routing.top_k * 4), false},
+      {&topk_w_, size_t(tokens * cfg_.routing.top_k * 4), false},
+      {&offsets_, size_t(groups_ + 2) * 4, false},
+      {&row_token_, size_t(P * 4), false},
+      {&row_weight_, size_t(P * 4), false},
+      {&pair_row_, size_t(P * 4), false},
+      {&counts_, size_t(groups_ + 1) * 4, false},
+      {&cursors_, size_t(groups_ + 1) * 4, false},
+      {&act_, size_t(P * I * 2), false},
+      {&partials_, size_t(plan.fc1.split_k > 1 ? plan.fc1.split_k * P * fc1_rows_pad * 4 : 4), false},
+      {&tile_counters_, size_t(tiles_bound * fc1_row_blocks * 4), true},
+      {&rows_out_, size_t(plan.fc2.split_k * P * H * 4), false},
+      {&token_counters_, size_t(tokens * fc2_row_blocks * 4), true},
+  };
+  bool grow = false;
+  for (const Need& n : needs) grow |= n.buf->bytes() < n.bytes;
+  if (!grow) return;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FP4MOE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  FP4MOE_CHECK(capture == cudaStreamCaptureStatusNone,
+               "GPU layer: the workspace must grow for ", tokens,
+               " tokens during CUDA graph capture; call reserve(max_tokens) before capturing");
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (const Need& n : needs) {
+    if (n.buf->bytes() >= n.bytes) continue;
+    n.buf->resize(n.bytes);
+    if (n.zero) FP4MOE_CUDA_CHECK(cudaMemset(n.buf->get(), 0, n.buf->bytes()));
+  }
+  cap_tokens_ = std::max(cap_tokens_, tokens);
+}
+
+void GpuMoeLayerImpl::reserve(int64_t max_tokens) {
+  FP4MOE_CHECK(max_tokens >= 1, "reserve: max_tokens must be >= 1");
+  // Every buffer at its largest over the heuristic's plans for batches up to max_tokens (the
+  // split-K factor, and with it the partial sums, shrinks as the batch grows).
+  for (int64_t t = 1; t < max_tokens; t *= 2) ensure_workspace(t, plan_for(t), nullptr);
+  ensure_workspace(max_tokens, plan_for(max_tokens), nullptr);
+}
+
+void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t tokens,
+                          uint16_t* out, cudaStream_t stream, const LayerPlan* plan_in,
+                          void* const* events) {
+  auto record = [&](int i) {
+    if (events) FP4MOE_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events[i]), stream));
+  };
+  FP4MOE_CHECK(tokens >= 1 && tokens <= (int64_t{1} << 24), "forward: token count ", tokens,
+               " out of [1, 2^24]");
+  FP4MOE_CHECK(hidden && logits && out, "forward: null device pointer");
+  const LayerPlan plan = plan_in ? *plan_in : plan_for(tokens);
+  const W4a16Kernel& k1 = kernel_for(plan.fc1, Epilogue::kSwiglu);
+  const W4a16Kernel& k2 = kernel_for(plan.fc2, Epilogue::kFinalize);
+  cudaStream_t s = stream;
+  ensure_workspace(tokens, plan, s);
+  const int64_t P = tokens * slots_;
+
+  kernels::RoutingParams rp;
+  rp.logits = logits;
+  rp.correction_bias = cfg_.routing.mode == RoutingMode::kSigmoidNoAuxTc && bias_.bytes() >= size_t(cfg_.num_experts) * 4
+                           ? bias_.get<float>() : nullptr;
+  rp.tokens = static_cast<int>(tokens);
+  rp.experts = cfg_.num_experts;
+  rp.top_k = cfg_.routing.top_k;
+  rp.mode = cfg_.routing.mode == RoutingMode::kSoftmaxTopK ? 0 : 1;
+  rp.n_group = cfg_.routing.n_group;
+  rp.topk_group = cfg_.routing.topk_group;
+  rp.norm_topk_prob = cfg_.routing.norm_topk_prob;
+  rp.routed_scaling_factor = cfg_.routing.routed_scaling_factor;
+  rp.shared_expert = cfg_.has_shared_expert();
+  rp.topk_ids = topk_ids_.get<int>();
+  rp.topk_weights = topk_w_.get<float>();
+  rp.expert_offsets = offsets_.get<int>();
+  rp.row_token = row_token_.get<int>();
+  rp.row_weight = row_weight_.get<float>();
+  rp.pair_row = pair_row_.get<int>();
+  rp.counts = counts_.get<int>();
+  rp.cursors = cursors_.get<int>();
+  record(0);
+  kernels::launch_routing(rp, s);
+  record(1);
+
+  W4a16GemmParams f1;
+  f1.weights = w13_.get<uint8_t>();
+  f1.scales = s13_.get<uint8_t>();
+  f1.rowtiles = static_cast<int>(fc1_.rowtiles());
+  f1.kgroups = static_cast<int>(fc1_.kgroups());
+  f1.rows = static_cast<int>(fc1_.rows);
+  f1.k = static_cast<int>(cfg_.hidden);
+  f1.num_experts = groups_;
+  f1.expert_offsets = offsets_.get<int>();
+  f1.x = hidden;
+  f1.x_stride = cfg_.hidden;
+  f1.gather = row_token_.get<int>();
+  f1.scale_a = gate_gs_.get<float>();
+  f1.scale_b = up_gs_.get<float>();
+  f1.split_k = plan.fc1.split_k;
+  f1.partials = partials_.get<float>();
+  f1.tile_counters = tile_counters_.get<int>();
+  f1.partial_rows = P;
+  f1.act_out = act_.get<uint16_t>();
+  f1.act_cols = static_cast<int>(cfg_.intermediate);
+  const int g1 = grid_for(k1, P, f1.rowtiles, f1.split_k);
+  k1.launch(f1, g1, k1.dynamic_smem_bytes(groups_), s);
+  record(2);
+
+  W4a16GemmParams f2;
+  f2.weights = w2_.get<uint8_t>();
+  f2.scales = s2_.get<uint8_t>();
+  f2.rowtiles = static_cast<int>(fc2_.rowtiles());
+  f2.kgroups = static_cast<int>(fc2_.kgroups());
+  f2.rows = static_cast<int>(cfg_.hidden);
+  f2.k = static_cast<int>(cfg_.intermediate);
+  f2.num_experts = groups_;
+  f2.expert_offsets = offsets_.get<int>();
+  f2.x = act_.get<uint16_t>();
+  f2.x_stride = cfg_.intermediate;
+  f2.scale_a = down_gs_.get<float>();
+  f2.split_k = plan.fc2.split_k;
+  f2.partial_rows = P;
+  f2.row_weight = row_weight_.get<float>();
+  f2.row_token = row_token_.get<int>();
+  f2.pair_row = pair_row_.get<int>();
+  f2.slots = slots_;
+  f2.rows_out = rows_out_.get<float>();
+  f2.token_counters = token_counters_.get<int>();
+  f2.out = out;
+  const int g2 = grid_for(k2, P, f2.rowtiles, f2.split_k);
+  k2.launch(f2, g2, k2.dynamic_smem_bytes(groups_), s);
+  record(3);
+}
+
+}  // namespace
+
+std::unique_ptr<GpuMoeLayer> GpuMoeLayer::create(const MoeWeights& weights,
+                                                 const LayerOptions& options) {
+  return std::make_unique<GpuMoeLayerImpl>(weights, options);
+}
+
+}  // namespace fp4moe

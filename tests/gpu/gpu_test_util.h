@@ -1,0 +1,90 @@
+// GPU test support: skip where no GPU exists, device buffers with poisoning, comparisons.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "fp4moe/bf16.h"
+#include "fp4moe/hw.h"
+#include "kernels/common/cuda_check.h"
+#include "runtime/device_buffer.h"
+
+namespace fp4moe::test {
+
+inline bool gpu_available() {
+  static const bool available = !query_cuda_environment().devices.empty();
+  return available;
+}
+
+// Every GPU test starts with this: "skipped" (not passed, not failed) without a GPU.
+#define FP4MOE_REQUIRE_GPU()                                        \
+  do {                                                              \
+    if (!::fp4moe::test::gpu_available()) GTEST_SKIP() << "no GPU"; \
+  } while (0)
+
+template <typename T>
+DeviceBuffer to_device(const std::vector<T>& v) {
+  DeviceBuffer b(std::max<size_t>(1, v.size() * sizeof(T)));
+  if (!v.empty())
+    FP4MOE_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return b;
+}
+
+template <typename T>
+std::vector<T> to_host(const DeviceBuffer& b, size_t n) {
+  std::vector<T> v(n);
+  if (n) FP4MOE_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+template <typename T>
+std::vector<T> to_host(const T* p, size_t n) {
+  std::vector<T> v(n);
+  if (n) FP4MOE_CUDA_CHECK(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+// Fills with 0xFF bytes: bf16 0xFFFF and fp32 0xFFFFFFFF are NaN, so an element the kernel
+// forgot to write fails the comparison.
+inline void poison(DeviceBuffer& b) { FP4MOE_CUDA_CHECK(cudaMemset(b.get(), 0xFF, b.bytes())); }
+
+inline std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = Bf16::from_float(v[i]).bits;
+  return out;
+}
+
+inline std::vector<double> bf16_to_double(const std::vector<uint16_t>& v) {
+  std::vector<double> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = Bf16::from_bits(v[i]).to_float();
+  return out;
+}
+
+struct Comparison {
+  double rel_frobenius = 0;
+  double max_abs = 0;
+  int64_t non_finite = 0;
+};
+
+inline Comparison compare(const std::vector<double>& got, const std::vector<double>& ref) {
+  Comparison c;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) {
+      ++c.non_finite;
+      continue;
+    }
+    const double d = got[i] - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+    c.max_abs = std::max(c.max_abs, std::fabs(d));
+  }
+  c.rel_frobenius = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return c;
+}
+
+}  // namespace fp4moe::test

@@ -1,0 +1,223 @@
+// The GPU MoE layer against the float64 CPU reference, on fresh random inputs, with the
+// outputs poisoned before every run:
+//   - every compiled decode tactic (FC1 swiglu x FC2 finalize, split-K 1 and 3) on an odd
+//     shape (K a multiple of 16 but not of the 256-wide K tile, I not a multiple of 16 rows);
+//   - the glm5 and glm5-tp8 presets at full size for T in {1, 3, 16, 64, 257, 1024};
+//   - all tokens on one expert, softmax routing, group-limited routing;
+//   - bitwise identical output across repeated runs.
+// The reference is given the GPU's own routing (ids and weights), so a near-tie that float32
+// and float64 rank differently cannot fail a GEMM test; routing has its own test.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include "fp4moe/layer.h"
+#include "fp4moe/synthetic.h"
+#include "gpu_test_util.h"
+#include "kernels/gemm/w4a16_registry.h"
+
+namespace fp4moe {
+namespace {
+
+constexpr double kTolerance = 1e-2;  // relative Frobenius error of the bf16 output
+
+struct RunResult {
+  std::vector<uint16_t> out;
+  Routing routing;
+};
+
+// Runs the layer on hidden/logits (host) and returns the bf16 output and the GPU routing.
+RunResult run_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
+                    const std::vector<float>& logits, int64_t tokens, const LayerPlan* plan) {
+  const MoeConfig& cfg = layer.config();
+  DeviceBuffer dh = test::to_device(test::to_bf16_bits(hidden));
+  DeviceBuffer dl = test::to_device(logits);
+  DeviceBuffer dout(tokens * cfg.hidden * 2);
+  test::poison(dout);
+  layer.forward(dh.get<uint16_t>(), dl.get<float>(), tokens, dout.get<uint16_t>(), nullptr, plan);
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  RunResult r;
+  r.out = test::to_host<uint16_t>(dout, tokens * cfg.hidden);
+  r.routing.tokens = tokens;
+  r.routing.top_k = cfg.routing.top_k;
+  r.routing.ids = test::to_host(layer.topk_ids(), tokens * cfg.routing.top_k);
+  r.routing.weights = test::to_host(layer.topk_weights(), tokens * cfg.routing.top_k);
+  return r;
+}
+
+// Output vs the reference evaluated with the GPU's routing.
+test::Comparison check_against_reference(const MoeWeights& w, const std::vector<float>& hidden,
+                                         int64_t tokens, const RunResult& r) {
+  const std::vector<double> ref = moe_reference(w, hidden, tokens, r.routing);
+  return test::compare(test::bf16_to_double(r.out), ref);
+}
+
+struct LayerCase {
+  MoeWeights weights;
+  std::unique_ptr<GpuMoeLayer> layer;
+};
+
+MoeConfig odd_config() {
+  MoeConfig c;
+  c.name = "odd";
+  c.hidden = 400;        // FC1 K: 25 blocks of 16, not a multiple of 256
+  c.intermediate = 144;  // FC2 K (9 blocks of 16), and 2I = 288 rows: not a multiple of the
+                         // 64/128-row tiles
+  c.num_experts = 12;
+  c.routing = RoutingConfig{RoutingMode::kSigmoidNoAuxTc, 3, 1, 1, true, 2.5f};
+  c.shared_intermediate = 144;
+  return c;
+}
+
+LayerCase make_case(const MoeConfig& cfg, uint64_t seed) {
+  LayerCase c;
+  SyntheticOptions so;
+  so.seed = seed;
+  so.init = cfg.hidden * cfg.intermediate <= 1 << 20 ? WeightInit::kQuantizedGaussian
+                                                     : WeightInit::kRandomCodes;
+  c.weights = make_synthetic_moe(cfg, so);
+  c.layer = GpuMoeLayer::create(c.weights);
+  return c;
+}
+
+std::vector<Tactic> tactics_of(Epilogue ep) {
+  std::vector<Tactic> v;
+  for (const auto& k : kernels::w4a16_kernels())
+    if (k.tactic.epilogue == ep) v.push_back(k.tactic);
+  return v;
+}
+
+TEST(GpuLayer, EveryDecodeTacticMatchesReferenceOnOddShape) {
+  FP4MOE_REQUIRE_GPU();
+  LayerCase c = make_case(odd_config(), 31);
+  const std::vector<Tactic> fc1 = tactics_of(Epilogue::kSwiglu), fc2 = tactics_of(Epilogue::kFinalize);
+  ASSERT_FALSE(fc1.empty());
+  ASSERT_EQ(fc1.size(), fc2.size());
+  uint64_t seed = 100;
+  for (int64_t tokens : {1, 3, 16, 64, 257}) {
+    for (size_t i = 0; i < fc1.size(); ++i) {
+      for (int split : {1, 3}) {
+        LayerPlan plan{fc1[i], fc2[(i + 3) % fc2.size()]};  // vary the pairing
+        plan.fc1.split_k = split;
+        plan.fc2.split_k = split == 1 ? 1 : 2;
+        const std::vector<float> hidden = make_hidden_states(tokens, c.weights.config.hidden, ++seed);
+        const std::vector<float> logits = make_router_logits(tokens, c.weights.config.num_experts, seed);
+        const RunResult r = run_layer(*c.layer, hidden, logits, tokens, &plan);
+        const test::Comparison cmp = check_against_reference(c.weights, hidden, tokens, r);
+        EXPECT_EQ(cmp.non_finite, 0) << format_tactic(plan.fc1) << " " << format_tactic(plan.fc2)
+                                     << " T=" << tokens;
+        EXPECT_LT(cmp.rel_frobenius, kTolerance)
+            << format_tactic(plan.fc1) << " + " << format_tactic(plan.fc2) << " T=" << tokens;
+      }
+    }
+  }
+}
+
+class GpuLayerPreset : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuLayerPreset, HeuristicPlanMatchesReferenceAcrossBatchSizes) {
+  FP4MOE_REQUIRE_GPU();
+  const MoeConfig cfg = MoeConfig::preset(GetParam());
+  LayerCase c = make_case(cfg, 7);
+  uint64_t seed = 1000;
+  for (int64_t tokens : {1, 3, 16, 64, 257, 1024}) {
+    const std::vector<float> hidden = make_hidden_states(tokens, cfg.hidden, ++seed);
+    const std::vector<float> logits = make_router_logits(tokens, cfg.num_experts, seed);
+    const LayerPlan plan = c.layer->plan_for(tokens);
+    const RunResult r = run_layer(*c.layer, hidden, logits, tokens, nullptr);
+    const test::Comparison cmp = check_against_reference(c.weights, hidden, tokens, r);
+    std::printf("%s T=%lld %s + %s: rel error %.3e\n", cfg.name.c_str(),
+                static_cast<long long>(tokens), format_tactic(plan.fc1).c_str(),
+                format_tactic(plan.fc2).c_str(), cmp.rel_frobenius);
+    EXPECT_EQ(cmp.non_finite, 0) << "T=" << tokens;
+    EXPECT_LT(cmp.rel_frobenius, kTolerance) << "T=" << tokens;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, GpuLayerPreset, ::testing::Values("glm5", "glm5-tp8"),
+                         [](const auto& i) {
+                           std::string n = i.param;
+                           for (auto& ch : n) if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+TEST(GpuLayer, AllTokensOnOneExpertAndEmptyExperts) {
+  FP4MOE_REQUIRE_GPU();
+  MoeConfig cfg = odd_config();
+  cfg.routing.top_k = 1;
+  LayerCase c = make_case(cfg, 41);
+  for (int64_t tokens : {5, 200}) {
+    const std::vector<float> hidden = make_hidden_states(tokens, cfg.hidden, 77 + tokens);
+    std::vector<float> logits = make_router_logits(tokens, cfg.num_experts, 77 + tokens);
+    for (int64_t t = 0; t < tokens; ++t) logits[t * cfg.num_experts + 5] = 50.0f;  // expert 5 wins
+    const RunResult r = run_layer(*c.layer, hidden, logits, tokens, nullptr);
+    for (int32_t id : r.routing.ids) ASSERT_EQ(id, 5);
+    const test::Comparison cmp = check_against_reference(c.weights, hidden, tokens, r);
+    EXPECT_EQ(cmp.non_finite, 0);
+    EXPECT_LT(cmp.rel_frobenius, kTolerance) << "T=" << tokens;
+  }
+}
+
+TEST(GpuLayer, SoftmaxAndGroupLimitedRouting) {
+  FP4MOE_REQUIRE_GPU();
+  for (int variant = 0; variant < 2; ++variant) {
+    MoeConfig cfg = odd_config();
+    cfg.num_experts = 32;
+    cfg.shared_intermediate = 0;
+    if (variant == 0) cfg.routing = RoutingConfig{RoutingMode::kSoftmaxTopK, 4, 1, 1, true, 1.0f};
+    else cfg.routing = RoutingConfig{RoutingMode::kSigmoidNoAuxTc, 4, 4, 2, true, 2.5f};
+    LayerCase c = make_case(cfg, 50 + variant);
+    const int64_t tokens = 37;
+    const std::vector<float> hidden = make_hidden_states(tokens, cfg.hidden, 9);
+    const std::vector<float> logits = make_router_logits(tokens, cfg.num_experts, 9);
+    const RunResult r = run_layer(*c.layer, hidden, logits, tokens, nullptr);
+    const Routing ref = route_reference(cfg.routing, logits, tokens, cfg.num_experts,
+                                        c.weights.correction_bias);
+    EXPECT_EQ(r.routing.ids, ref.ids) << "variant " << variant;
+    for (size_t i = 0; i < ref.weights.size(); ++i)
+      EXPECT_NEAR(r.routing.weights[i], ref.weights[i], 1e-5) << "variant " << variant;
+    const test::Comparison cmp = check_against_reference(c.weights, hidden, tokens, r);
+    EXPECT_LT(cmp.rel_frobenius, kTolerance) << "variant " << variant;
+  }
+}
+
+TEST(GpuLayer, RepeatedRunsAreBitwiseIdentical) {
+  FP4MOE_REQUIRE_GPU();
+  LayerCase c = make_case(odd_config(), 61);
+  for (int64_t tokens : {3, 300}) {
+    const std::vector<float> hidden = make_hidden_states(tokens, c.weights.config.hidden, 5);
+    const std::vector<float> logits = make_router_logits(tokens, c.weights.config.num_experts, 5);
+    LayerPlan plan = c.layer->plan_for(tokens);
+    plan.fc1.split_k = 4;  // split-K and the finalize's arrival order vary run to run
+    plan.fc2.split_k = 2;
+    const RunResult a = run_layer(*c.layer, hidden, logits, tokens, &plan);
+    for (int rep = 0; rep < 3; ++rep) {
+      const RunResult b = run_layer(*c.layer, hidden, logits, tokens, &plan);
+      ASSERT_EQ(a.out, b.out) << "T=" << tokens << " run " << rep;
+    }
+  }
+}
+
+TEST(GpuLayer, RejectsBadInput) {
+  FP4MOE_REQUIRE_GPU();
+  LayerCase c = make_case(odd_config(), 71);
+  DeviceBuffer buf(1 << 20);
+  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 0, buf.get<uint16_t>(), nullptr),
+               Error);
+  LayerPlan bad = c.layer->plan_for(4);
+  std::swap(bad.fc1, bad.fc2);  // wrong epilogues
+  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 4, buf.get<uint16_t>(), nullptr, &bad),
+               Error);
+  LayerPlan missing = c.layer->plan_for(4);
+  missing.fc1.tile_tokens = 24;  // not compiled
+  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 4, buf.get<uint16_t>(), nullptr, &missing),
+               Error);
+  MoeWeights unmat = c.weights;
+  unmat.experts[3] = ExpertWeights{};
+  EXPECT_THROW(GpuMoeLayer::create(unmat), Error);
+}
+
+}  // namespace
+}  // namespace fp4moe

@@ -1,0 +1,130 @@
+// GPU routing and permutation against the reference routing, for the single-CTA (T <= 256)
+// and multi-CTA paths, both modes, with and without groups and a shared expert; and the
+// permutation's invariants (offsets, row <-> pair maps are inverse, every pair placed once).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "fp4moe/synthetic.h"
+#include "gpu_test_util.h"
+#include "kernels/moe/routing.cuh"
+
+namespace fp4moe {
+namespace {
+
+struct Case {
+  RoutingConfig cfg;
+  int experts;
+  int64_t tokens;
+  bool shared;
+};
+
+class GpuRouting : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuRouting, MatchesReferenceAndPermutationIsConsistent) {
+  FP4MOE_REQUIRE_GPU();
+  const Case c = GetParam();
+  const int E = c.experts, k = c.cfg.top_k, slots = k + (c.shared ? 1 : 0);
+  const int64_t T = c.tokens, P = T * slots;
+  const std::vector<float> logits = make_router_logits(T, E, 17 + T);
+  std::vector<float> bias(E);
+  for (int e = 0; e < E; ++e) bias[e] = 0.01f * static_cast<float>((e * 7) % 11) - 0.05f;
+  DeviceBuffer dl = test::to_device(logits), db = test::to_device(bias);
+  DeviceBuffer ids(T * k * 4), w(T * k * 4), off((E + 2) * 4), rt(P * 4), rw(P * 4), pr(P * 4),
+      counts((E + 1) * 4), cursors((E + 1) * 4);
+  for (DeviceBuffer* b : {&ids, &w, &off, &rt, &rw, &pr}) test::poison(*b);
+  kernels::RoutingParams p;
+  p.logits = dl.get<float>();
+  p.correction_bias = db.get<float>();
+  p.tokens = static_cast<int>(T);
+  p.experts = E;
+  p.top_k = k;
+  p.mode = c.cfg.mode == RoutingMode::kSoftmaxTopK ? 0 : 1;
+  p.n_group = c.cfg.n_group;
+  p.topk_group = c.cfg.topk_group;
+  p.norm_topk_prob = c.cfg.norm_topk_prob;
+  p.routed_scaling_factor = c.cfg.routed_scaling_factor;
+  p.shared_expert = c.shared;
+  p.topk_ids = ids.get<int>();
+  p.topk_weights = w.get<float>();
+  p.expert_offsets = off.get<int>();
+  p.row_token = rt.get<int>();
+  p.row_weight = rw.get<float>();
+  p.pair_row = pr.get<int>();
+  p.counts = counts.get<int>();
+  p.cursors = cursors.get<int>();
+  kernels::launch_routing(p, nullptr);
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+
+  const Routing ref = route_reference(c.cfg, logits, T, E,
+                                      c.cfg.mode == RoutingMode::kSoftmaxTopK ? std::span<const float>{}
+                                                                            : std::span<const float>(bias));
+  const std::vector<int> gid = test::to_host<int>(ids, T * k);
+  const std::vector<float> gw = test::to_host<float>(w, T * k);
+  // float32 (GPU) and float64 (reference) scores may order near-ties differently: a differing
+  // choice passes only when the two experts' choice scores are within float32 rounding.
+  auto choice = [&](int64_t t, int e) {
+    const double l = logits[t * E + e];
+    if (c.cfg.mode == RoutingMode::kSoftmaxTopK) return l;  // softmax selects by logit
+    return 1.0 / (1.0 + std::exp(-l)) + bias[e];
+  };
+  int64_t near_ties = 0;
+  for (int64_t i = 0; i < T * k; ++i) {
+    if (gid[i] == ref.ids[i]) {
+      EXPECT_NEAR(gw[i], ref.weights[i], 2e-6 * (1 + std::fabs(ref.weights[i])));
+      continue;
+    }
+    const int64_t t = i / k;
+    const double gap = std::fabs(choice(t, gid[i]) - choice(t, ref.ids[i]));
+    EXPECT_LT(gap, 1e-6) << "token " << t << " slot " << i % k << ": GPU chose " << gid[i]
+                         << ", reference " << ref.ids[i];
+    ++near_ties;
+  }
+  EXPECT_LE(near_ties, 2 + T * k / 2000) << "too many near-ties to be rounding";
+
+  const std::vector<int> offsets = test::to_host<int>(off, E + 2);
+  const std::vector<int> row_token = test::to_host<int>(rt, P);
+  const std::vector<float> row_weight = test::to_host<float>(rw, P);
+  const std::vector<int> pair_row = test::to_host<int>(pr, P);
+  const int groups = E + (c.shared ? 1 : 0);
+  EXPECT_EQ(offsets[0], 0);
+  EXPECT_EQ(offsets[groups], P);
+  std::vector<int> seen(P, 0);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int j = 0; j < slots; ++j) {
+      const int row = pair_row[t * slots + j];
+      ASSERT_GE(row, 0);
+      ASSERT_LT(row, P);
+      ++seen[row];
+      EXPECT_EQ(row_token[row], t);
+      const int e = j < k ? gid[t * k + j] : E;
+      EXPECT_GE(row, offsets[e]) << "pair in the wrong expert range";
+      EXPECT_LT(row, offsets[e + 1]);
+      EXPECT_EQ(row_weight[row], j < k ? gw[t * k + j] : 1.0f);
+    }
+  }
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int s) { return s == 1; }));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, GpuRouting,
+    ::testing::Values(
+        Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 1, true},
+        Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 64, true},
+        Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 3000, true},
+        Case{{RoutingMode::kSigmoidNoAuxTc, 8, 8, 4, true, 2.5f}, 256, 200, false},
+        Case{{RoutingMode::kSigmoidNoAuxTc, 8, 8, 4, true, 2.5f}, 256, 700, true},
+        Case{{RoutingMode::kSoftmaxTopK, 2, 1, 1, false, 1.0f}, 8, 100, false},
+        Case{{RoutingMode::kSoftmaxTopK, 6, 1, 1, true, 1.0f}, 60, 1000, false},
+        Case{{RoutingMode::kSigmoidNoAuxTc, 4, 1, 1, true, 1.0f}, 512, 33, false}),
+    [](const auto& i) {
+      const Case& c = i.param;
+      return std::string(c.cfg.mode == RoutingMode::kSoftmaxTopK ? "softmax" : "sigmoid") + "_E" +
+             std::to_string(c.experts) + "_k" + std::to_string(c.cfg.top_k) + "_g" +
+             std::to_string(c.cfg.n_group) + "_T" + std::to_string(c.tokens) +
+             (c.shared ? "_shared" : "");
+    });
+
+}  // namespace
+}  // namespace fp4moe
