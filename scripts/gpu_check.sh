@@ -34,3 +34,11 @@ if has bench; then
     timeout 240 "$bin/fp4moe" bench --preset $p --json "$out/bench_$p.json" 2>/dev/null | tee "$out/bench_$p.txt"
   done
 fi
+if has profile; then
+  echo "== ncu (glm5, T = 64: FC1 and FC2)"
+  timeout 200 ncu --clock-control none --kernel-name regex:w4a16 --launch-skip 0 --launch-count 2 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+    "$bin/fp4moe" bench --preset glm5 --tokens 64 --iters 1 --warmup 0 --no-baseline --no-graph \
+    > "$out/ncu_glm5_t64.txt" 2>&1; echo "ncu exit $?"
+  grep -E "w4a16_grouped|Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy|Registers|Compute \(SM\)|Stall|Warp Cycles Per Issued" "$out/ncu_glm5_t64.txt" | head -40
+fi

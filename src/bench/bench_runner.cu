@@ -87,7 +87,9 @@ BenchReport run_bench(const BenchOptions& o) {
     DeviceBuffer dh(hb.size() * 2), dl(logits.size() * 4), dout(T * cfg.hidden * 2), dbase(T * cfg.hidden * 2);
     FP4MOE_CUDA_CHECK(cudaMemcpy(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
     FP4MOE_CUDA_CHECK(cudaMemcpy(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
-    const LayerPlan plan = layer->plan_for(T);
+    LayerPlan plan = layer->plan_for(T);
+    if (o.fc1) plan.fc1 = *o.fc1;
+    if (o.fc2) plan.fc2 = *o.fc2;
     row.fc1_tactic = format_tactic(plan.fc1);
     row.fc2_tactic = format_tactic(plan.fc2);
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct BenchOptions {
   int warmup = 5;
   int iters = 30;
   double max_rel_error = 2e-2;  // ours vs baseline; larger fails the run
+  std::optional<Tactic> fc1, fc2;  // fixed tactics instead of the layer's plan
   std::function<void(const std::string&)> progress;  // one line per step
 };
 

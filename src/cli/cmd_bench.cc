@@ -15,6 +15,7 @@
 #include "fp4moe/error.h"
 #include "fp4moe/hw.h"
 #include "fp4moe/synthetic.h"
+#include "fp4moe/tactic.h"
 #include "fp4moe/version.h"
 
 #ifdef FP4MOE_WITH_CUDA
@@ -34,6 +35,7 @@ struct BenchArgs {
   std::string json;
   std::string gpu = "h200";  // accounting GPU when none is present
   int64_t cpu_max_tokens = 4;
+  std::string fc1, fc2;  // tactic overrides
 };
 
 std::vector<int64_t> parse_tokens(const std::string& s) {
@@ -113,6 +115,8 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
   o.baseline = !a.no_baseline;
   o.iters = a.iters;
   o.warmup = a.warmup;
+  if (!a.fc1.empty()) o.fc1 = parse_tactic(a.fc1);
+  if (!a.fc2.empty()) o.fc2 = parse_tactic(a.fc2);
   const bool tty = isatty(fileno(stderr));
   o.progress = [tty](const std::string& s) {
     if (tty) std::fprintf(stderr, "\r\033[K%s", s.c_str());
@@ -248,6 +252,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--warmup", a->warmup, "Untimed runs first")->check(CLI::Range(0, 100000));
   cmd->add_option("--json", a->json, "Write the results as JSON (schema fp4moe-bench/1)");
   cmd->add_option("--gpu", a->gpu, "Without a GPU: the table GPU whose datasheet gives the floors");
+  cmd->add_option("--fc1", a->fc1, "Fixed FC1 tactic (e.g. w4a16_mma:m128n8k256:s4:w8:sk1:swiglu)");
+  cmd->add_option("--fc2", a->fc2, "Fixed FC2 tactic (epilogue finalize)");
   cmd->add_option("--cpu-max-tokens", a->cpu_max_tokens, "Without a GPU: time the CPU reference up to this T");
   cmd->callback([a] { run_bench_command(*a); });
 }

@@ -23,8 +23,6 @@ namespace {
 using kernels::W4a16GemmParams;
 using kernels::W4a16Kernel;
 
-constexpr int kMaxSplit = 8;
-
 // Per-kernel launch facts, computed once: CTAs per SM at the dynamic smem for `experts`.
 struct KernelLaunchInfo {
   int dynamic_smem = 0;
@@ -75,7 +73,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
            cudaStream_t stream, const LayerPlan* plan, void* const* events);
   void ensure_workspace(int64_t tokens, const LayerPlan& plan, cudaStream_t stream);
   const W4a16Kernel& kernel_for(const Tactic& t, Epilogue ep) const;
-  int grid_for(const W4a16Kernel& k, int64_t rows_bound, int rowtiles, int split);
+  int grid_for(const W4a16Kernel& k);
 
   MoeConfig cfg_;
   GpuSpec gpu_;
@@ -86,7 +84,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   // workspace
   int64_t cap_tokens_ = 0;
   DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, counts_,
-      cursors_, act_, partials_, tile_counters_, rows_out_, token_counters_;
+      cursors_, act_, partials_, unit_counters_, rows_out_, token_counters_;
   std::mutex info_mutex_;
   std::vector<std::pair<const void*, KernelLaunchInfo>> infos_;
 };
@@ -169,38 +167,37 @@ const W4a16Kernel& GpuMoeLayerImpl::kernel_for(const Tactic& t, Epilogue ep) con
                " is not of the w4a16_mma family");
   FP4MOE_CHECK(t.epilogue == ep, "GPU layer: tactic ", format_tactic(t), " has epilogue ",
                to_string(t.epilogue), ", this GEMM needs ", to_string(ep));
-  FP4MOE_CHECK(t.split_k >= 1 && t.split_k <= kMaxSplit, "GPU layer: split-K ", t.split_k,
-               " out of [1, ", kMaxSplit, "]");
+  FP4MOE_CHECK(t.split_k == 1, "GPU layer: tactic ", format_tactic(t),
+               ": the w4a16_mma family schedules stream-K, its split-K must be 1");
   const W4a16Kernel* k = kernels::find_w4a16_kernel(t);
   FP4MOE_CHECK(k != nullptr, "GPU layer: tactic ", format_tactic(t), " is not compiled in");
   return *k;
 }
 
-int GpuMoeLayerImpl::grid_for(const W4a16Kernel& k, int64_t rows_bound, int rowtiles, int split) {
-  KernelLaunchInfo info;
-  {
-    std::lock_guard<std::mutex> lock(info_mutex_);
-    auto it = std::find_if(infos_.begin(), infos_.end(),
-                           [&](const auto& p) { return p.first == k.function; });
-    if (it == infos_.end()) {
-      infos_.emplace_back(k.function, launch_info(k, groups_));
-      it = infos_.end() - 1;
-    }
-    info = it->second;
+// Stream-K grid: every resident CTA slot of the GPU (the kernel itself leaves CTAs beyond the
+// iteration count idle).
+int GpuMoeLayerImpl::grid_for(const W4a16Kernel& k) {
+  std::lock_guard<std::mutex> lock(info_mutex_);
+  auto it = std::find_if(infos_.begin(), infos_.end(),
+                         [&](const auto& p) { return p.first == k.function; });
+  if (it == infos_.end()) {
+    infos_.emplace_back(k.function, launch_info(k, groups_));
+    it = infos_.end() - 1;
   }
-  const int64_t row_blocks = (rowtiles + k.tactic.tile_rows / 16 - 1) / (k.tactic.tile_rows / 16);
-  const int64_t tiles_bound = (rows_bound + k.tactic.tile_tokens - 1) / k.tactic.tile_tokens + groups_;
-  const int64_t units_bound = tiles_bound * row_blocks * split;
-  return static_cast<int>(std::min<int64_t>(units_bound, int64_t{info.ctas_per_sm} * gpu_.sm_count));
+  return it->second.ctas_per_sm * gpu_.sm_count;
 }
 
 void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cudaStream_t stream) {
   const int64_t P = tokens * slots_;
   const int64_t H = cfg_.hidden, I = cfg_.intermediate;
-  const int64_t fc1_rows_pad = fc1_.rowtiles() * 16;
-  const int64_t fc2_row_blocks = (fc2_.rowtiles() + 3) / 4;  // 64-row blocks: the finest tactic
+  // Units of a GEMM: token tiles (at most P / 8 + one partial tile per group) x row blocks
+  // (at most rowtiles / 4 with the 64-row tiles).
   const int64_t tiles_bound = (P + 7) / 8 + groups_;
-  const int64_t fc1_row_blocks = (fc1_.rowtiles() + 3) / 4;
+  const int64_t row_blocks_bound = std::max((fc1_.rowtiles() + 3) / 4, (fc2_.rowtiles() + 3) / 4);
+  const W4a16Kernel& k1 = kernel_for(plan.fc1, Epilogue::kSwiglu);
+  const W4a16Kernel& k2 = kernel_for(plan.fc2, Epilogue::kFinalize);
+  const int64_t partial_floats = 2 * std::max<int64_t>(int64_t{grid_for(k1)} * k1.tile_floats,
+                                                       int64_t{grid_for(k2)} * k2.tile_floats);
   struct Need {
     DeviceBuffer* buf;
     size_t bytes;
@@ -216,10 +213,10 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
       {&counts_, size_t(groups_ + 1) * 4, false},
       {&cursors_, size_t(groups_ + 1) * 4, false},
       {&act_, size_t(P * I * 2), false},
-      {&partials_, size_t(plan.fc1.split_k > 1 ? plan.fc1.split_k * P * fc1_rows_pad * 4 : 4), false},
-      {&tile_counters_, size_t(tiles_bound * fc1_row_blocks * 4), true},
-      {&rows_out_, size_t(plan.fc2.split_k * P * H * 4), false},
-      {&token_counters_, size_t(tokens * fc2_row_blocks * 4), true},
+      {&partials_, size_t(partial_floats * 4), false},
+      {&unit_counters_, size_t(tiles_bound * row_blocks_bound * 4), true},
+      {&rows_out_, size_t(P * H * 4), false},
+      {&token_counters_, size_t(tokens * ((fc2_.rowtiles() + 3) / 4) * 4), true},
   };
   bool grow = false;
   for (const Need& n : needs) grow |= n.buf->bytes() < n.bytes;
@@ -235,13 +232,11 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
     n.buf->resize(n.bytes);
     if (n.zero) FP4MOE_CUDA_CHECK(cudaMemset(n.buf->get(), 0, n.buf->bytes()));
   }
-  cap_tokens_ = std::max(cap_tokens_, tokens);
 }
 
 void GpuMoeLayerImpl::reserve(int64_t max_tokens) {
   FP4MOE_CHECK(max_tokens >= 1, "reserve: max_tokens must be >= 1");
-  // Every buffer at its largest over the heuristic's plans for batches up to max_tokens (the
-  // split-K factor, and with it the partial sums, shrinks as the batch grows).
+  // Every buffer at its largest over the heuristic's plans for batches up to max_tokens.
   for (int64_t t = 1; t < max_tokens; t *= 2) ensure_workspace(t, plan_for(t), nullptr);
   ensure_workspace(max_tokens, plan_for(max_tokens), nullptr);
 }
@@ -260,7 +255,6 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   const W4a16Kernel& k2 = kernel_for(plan.fc2, Epilogue::kFinalize);
   cudaStream_t s = stream;
   ensure_workspace(tokens, plan, s);
-  const int64_t P = tokens * slots_;
 
   kernels::RoutingParams rp;
   rp.logits = logits;
@@ -301,14 +295,14 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f1.gather = row_token_.get<int>();
   f1.scale_a = gate_gs_.get<float>();
   f1.scale_b = up_gs_.get<float>();
-  f1.split_k = plan.fc1.split_k;
   f1.partials = partials_.get<float>();
-  f1.tile_counters = tile_counters_.get<int>();
-  f1.partial_rows = P;
+  f1.unit_counters = unit_counters_.get<int>();
   f1.act_out = act_.get<uint16_t>();
   f1.act_cols = static_cast<int>(cfg_.intermediate);
-  const int g1 = grid_for(k1, P, f1.rowtiles, f1.split_k);
-  k1.launch(f1, g1, k1.dynamic_smem_bytes(groups_), s);
+  // Programmatic dependent launches (sm_90+): FC1's CTAs become resident while the routing
+  // runs, FC2's while FC1 drains; each waits for its inputs with griddepcontrol.wait.
+  const bool pdl = gpu_.sm >= 90;
+  k1.launch(f1, grid_for(k1), k1.dynamic_smem_bytes(groups_), pdl, s);
   record(2);
 
   W4a16GemmParams f2;
@@ -323,8 +317,8 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f2.x = act_.get<uint16_t>();
   f2.x_stride = cfg_.intermediate;
   f2.scale_a = down_gs_.get<float>();
-  f2.split_k = plan.fc2.split_k;
-  f2.partial_rows = P;
+  f2.partials = partials_.get<float>();
+  f2.unit_counters = unit_counters_.get<int>();
   f2.row_weight = row_weight_.get<float>();
   f2.row_token = row_token_.get<int>();
   f2.pair_row = pair_row_.get<int>();
@@ -332,8 +326,7 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f2.rows_out = rows_out_.get<float>();
   f2.token_counters = token_counters_.get<int>();
   f2.out = out;
-  const int g2 = grid_for(k2, P, f2.rowtiles, f2.split_k);
-  k2.launch(f2, g2, k2.dynamic_smem_bytes(groups_), s);
+  k2.launch(f2, grid_for(k2), k2.dynamic_smem_bytes(groups_), pdl, s);
   record(3);
 }
 

@@ -1,6 +1,7 @@
 // The register dequantization against exact host arithmetic: every E2M1 code in every slot of
 // the prepacked word, with every finite positive E4M3 block scale (subnormal scales and the
-// E2M1 subnormal 0.5 included). Expected: e2m1 * e4m3 * 2^-7, bit exact in bf16.
+// E2M1 subnormal 0.5 included) in its prepacked UE5M3 form. Expected: e2m1 * e4m3 * 2^-7, bit
+// exact in bf16.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,8 +18,8 @@ __global__ void dequant_words(const uint32_t* words, const uint32_t* scale_codes
                               uint32_t* out) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const uint32_t sg = kernels::e4m3_to_bf16x2_scaled(scale_codes[i] & 0xFF);
-  const uint32_t sg8 = kernels::e4m3_to_bf16x2_scaled(scale_codes[i] >> 8);
+  const uint32_t sg = kernels::ue5m3_to_bf16x2_scaled<0>(scale_codes[i]);
+  const uint32_t sg8 = kernels::ue5m3_to_bf16x2_scaled<1>(scale_codes[i]);
   uint32_t a[4];
   kernels::dequant_a_fragment(words[i], sg, sg8, a);
   for (int r = 0; r < 4; ++r) out[4 * i + r] = a[r];
@@ -29,7 +30,7 @@ TEST(Dequant, EveryCodeEverySlotEveryScaleIsExact) {
   std::vector<uint32_t> words, scales;
   std::vector<uint8_t> codes;  // 8 per word
   Rng rng(3);
-  for (int sc = 0; sc < 0x7F; ++sc) {
+  for (int sc = 1; sc < 0x7F; ++sc) {
     for (int c = 0; c < 16; ++c) {
       // Code c in every slot; the row-g+8 scale is another random finite code.
       uint32_t w = 0;
@@ -39,7 +40,10 @@ TEST(Dequant, EveryCodeEverySlotEveryScaleIsExact) {
         w |= kernels::fp4_word_place(code, v);
       }
       words.push_back(w);
-      scales.push_back(static_cast<uint32_t>(sc) | (static_cast<uint32_t>(rng.below(0x7F)) << 8));
+      const uint32_t other = 1 + static_cast<uint32_t>(rng.below(0x7E));
+      scales.push_back(kernels::e4m3_to_ue5m3(static_cast<uint8_t>(sc)) |
+                       (static_cast<uint32_t>(kernels::e4m3_to_ue5m3(static_cast<uint8_t>(other))) << 8) |
+                       (other << 16));  // bits 16..23: the E4M3 code of the row-g+8 scale, for the check
     }
   }
   const int n = static_cast<int>(words.size());
@@ -55,7 +59,8 @@ TEST(Dequant, EveryCodeEverySlotEveryScaleIsExact) {
       // reg r = v / 2 (low half = even v). Rows: regs 0, 2 are row g; 1, 3 row g+8.
       const int reg = v / 2;
       const uint16_t bits = static_cast<uint16_t>(v % 2 ? out[4 * i + reg] >> 16 : out[4 * i + reg]);
-      const uint8_t scale_code = (reg % 2 == 0) ? scales[i] & 0xFF : scales[i] >> 8;
+      const uint8_t scale_code = (reg % 2 == 0) ? static_cast<uint8_t>(1 + i / 16)
+                                                : static_cast<uint8_t>(scales[i] >> 16);
       const double expected =
           std::ldexp(static_cast<double>(e2m1_to_float(codes[8 * i + v])) * e4m3_to_float(scale_code), -7);
       const double got = Bf16::from_bits(bits).to_float();
@@ -68,6 +73,14 @@ TEST(Dequant, EveryCodeEverySlotEveryScaleIsExact) {
     }
   }
   EXPECT_EQ(bad, 0) << "of " << n * 8 << " values";
+}
+
+TEST(Dequant, Ue5m3EncodesEveryPositiveE4m3Exactly) {
+  for (int c = 1; c < 0x7F; ++c) {
+    const uint8_t u = kernels::e4m3_to_ue5m3(static_cast<uint8_t>(c));
+    const double v = std::ldexp(1.0 + (u & 7) / 8.0, (u >> 3) - 9);
+    EXPECT_EQ(v, static_cast<double>(e4m3_to_float(static_cast<uint8_t>(c)))) << "E4M3 code " << c;
+  }
 }
 
 }  // namespace

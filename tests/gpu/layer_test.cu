@@ -1,7 +1,8 @@
 // The GPU MoE layer against the float64 CPU reference, on fresh random inputs, with the
 // outputs poisoned before every run:
-//   - every compiled decode tactic (FC1 swiglu x FC2 finalize, split-K 1 and 3) on an odd
-//     shape (K a multiple of 16 but not of the 256-wide K tile, I not a multiple of 16 rows);
+//   - every compiled decode tactic (FC1 swiglu x FC2 finalize) on an odd shape (K a multiple
+//     of 16 but not of the 256-wide K tile, rows not a multiple of the row tile); small
+//     problems on a full grid exercise the stream-K fix-up of cut units;
 //   - the glm5 and glm5-tp8 presets at full size for T in {1, 3, 16, 64, 257, 1024};
 //   - all tokens on one expert, softmax routing, group-limited routing;
 //   - bitwise identical output across repeated runs.
@@ -98,10 +99,8 @@ TEST(GpuLayer, EveryDecodeTacticMatchesReferenceOnOddShape) {
   uint64_t seed = 100;
   for (int64_t tokens : {1, 3, 16, 64, 257}) {
     for (size_t i = 0; i < fc1.size(); ++i) {
-      for (int split : {1, 3}) {
-        LayerPlan plan{fc1[i], fc2[(i + 3) % fc2.size()]};  // vary the pairing
-        plan.fc1.split_k = split;
-        plan.fc2.split_k = split == 1 ? 1 : 2;
+      for (size_t shift : {size_t{0}, size_t{3}}) {  // vary the pairing
+        const LayerPlan plan{fc1[i], fc2[(i + shift) % fc2.size()]};
         const std::vector<float> hidden = make_hidden_states(tokens, c.weights.config.hidden, ++seed);
         const std::vector<float> logits = make_router_logits(tokens, c.weights.config.num_experts, seed);
         const RunResult r = run_layer(*c.layer, hidden, logits, tokens, &plan);
@@ -189,9 +188,8 @@ TEST(GpuLayer, RepeatedRunsAreBitwiseIdentical) {
   for (int64_t tokens : {3, 300}) {
     const std::vector<float> hidden = make_hidden_states(tokens, c.weights.config.hidden, 5);
     const std::vector<float> logits = make_router_logits(tokens, c.weights.config.num_experts, 5);
-    LayerPlan plan = c.layer->plan_for(tokens);
-    plan.fc1.split_k = 4;  // split-K and the finalize's arrival order vary run to run
-    plan.fc2.split_k = 2;
+    // Stream-K fix-ups and the finalize's arrival order vary run to run; the sums must not.
+    const LayerPlan plan = c.layer->plan_for(tokens);
     const RunResult a = run_layer(*c.layer, hidden, logits, tokens, &plan);
     for (int rep = 0; rep < 3; ++rep) {
       const RunResult b = run_layer(*c.layer, hidden, logits, tokens, &plan);
@@ -209,6 +207,10 @@ TEST(GpuLayer, RejectsBadInput) {
   LayerPlan bad = c.layer->plan_for(4);
   std::swap(bad.fc1, bad.fc2);  // wrong epilogues
   EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 4, buf.get<uint16_t>(), nullptr, &bad),
+               Error);
+  LayerPlan split = c.layer->plan_for(4);
+  split.fc1.split_k = 3;  // the family schedules stream-K
+  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 4, buf.get<uint16_t>(), nullptr, &split),
                Error);
   LayerPlan missing = c.layer->plan_for(4);
   missing.fc1.tile_tokens = 24;  // not compiled

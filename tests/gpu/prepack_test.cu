@@ -71,7 +71,8 @@ TEST(PrepackLayout, HandPickedElementsLandWhereTheLayoutSays) {
   const uint32_t code = fp4_code_at(m.data.data(), 9 * 256 + 70);
   EXPECT_EQ(word & kernels::fp4_word_place(0xF, 6), kernels::fp4_word_place(code, 6));
   // Its scale: block 70 / 16 = 4 = 4c + t with c = 1, t = 0: lane 4 byte 2c + 1 = 3.
-  EXPECT_EQ(kernels::prepack_scale(&v, 16, 256, false, 0, 0, 4, 3), m.block_scales[9 * 16 + 4]);
+  EXPECT_EQ(kernels::prepack_scale(&v, 16, 256, false, 0, 0, 4, 3),
+            kernels::e4m3_to_ue5m3(m.block_scales[9 * 16 + 4]));
   // Interleaved FC1: packed row 12 of tile 0 is up row 4.
   EXPECT_EQ(kernels::prepack_source_row(12, 8, true).matrix, 1);
   EXPECT_EQ(kernels::prepack_source_row(12, 8, true).row, 4);

@@ -3,12 +3,16 @@
 //
 // The trick: an E2M1 nibble s.e1.e0.m placed into a bf16 as  sign -> bit 15,
 // e1.e0 -> exponent bits 8..7, m -> mantissa bit 6  reads as  e2m1 * 2^-126  exactly, for the
-// subnormal 0.5 (exponent 0) too. The E4M3 block scale is turned into the bf16
-// e4m3 * 2^119 (exact; largest 448 * 2^119 < 2^128), and one bf16x2 multiply gives
-//   (e2m1 * 2^-126) * (e4m3 * 2^119) = e2m1 * e4m3 * 2^-7,
+// subnormal 0.5 (exponent 0) too. The block scale becomes the bf16 scale * 2^119 (exact;
+// largest 448 * 2^119 < 2^128), and one bf16x2 multiply gives
+//   (e2m1 * 2^-126) * (scale * 2^119) = e2m1 * scale * 2^-7,
 // exact in bf16 (at most 5 significant bits) and never subnormal (>= 2^-17). The epilogue
 // multiplies the fp32 accumulator by kDequantEpilogueFactor * global scale.
 //
+// Block scales are prepacked as "UE5M3": the E4M3 value (1 + f/8) * 2^e, e in [-9, 8], stored
+// normalized as (e + 9) << 3 | f - subnormal E4M3 scales become normal here, so that the bf16
+// of scale * 2^119 is  (code << 4) + (237 << 7)  (exponent e + 246 = (e + 9) + 237), two
+// instructions for a duplicated bf16x2 (PRMT, IMAD) instead of a float conversion.
 // Prepacked 32-bit word = 8 values V0..V7 -> the 4 bf16x2 registers of one m16n8k16
 // A-fragment step (reg0 = V0|V1, reg1 = V2|V3, reg2 = V4|V5, reg3 = V6|V7; low half = first).
 // Bit positions of each value's (m, e0, e1, s) in the word:
@@ -54,6 +58,17 @@ __host__ __device__ constexpr uint32_t fp4_word_place(uint32_t code, int v) {
          (((code >> 3) & 1u) << p.s);
 }
 
+// E4M3 code (positive, finite) -> UE5M3 code (see above). Host and device (the prepacker).
+__host__ __device__ constexpr uint8_t e4m3_to_ue5m3(uint8_t e4m3) {
+  const int e = (e4m3 >> 3) & 0xF, m = e4m3 & 7;
+  if (e > 0) return static_cast<uint8_t>((e4m3 & 0x7F) + 16);  // (E - 7 + 9) << 3 | M
+  // Subnormal m * 2^-9: normalize. m = 1 -> 2^-9; 2, 3 -> (1, 1.5) * 2^-8; 4..7 -> (1 + (m-4)/4) * 2^-7.
+  if (m == 0) return 0;
+  if (m == 1) return 0;
+  if (m < 4) return static_cast<uint8_t>((1 << 3) | ((m - 2) << 2));
+  return static_cast<uint8_t>((2 << 3) | ((m - 4) << 1));
+}
+
 #ifdef __CUDACC__
 // 8 prepacked E2M1 values -> 4 bf16x2 registers holding e2m1 * 2^-126.
 __device__ __forceinline__ void fp4x8_to_bf16x2_raw(uint32_t w, uint32_t (&r)[4]) {
@@ -64,15 +79,13 @@ __device__ __forceinline__ void fp4x8_to_bf16x2_raw(uint32_t w, uint32_t (&r)[4]
   r[3] = ((w >> 4) & 0x00C000C0u) | ((w >> 5) & 0x01000100u) | ((w << 1) & 0x80008000u);
 }
 
-// E4M3 code (low 8 bits of b) -> bf16x2 holding (e4m3 * 2^119, e4m3 * 2^119).
-//   bits << 20 read as fp32 give e4m3 * 2^-120, subnormal e4m3 included (fp32 subnormals are
-//   kept: no -ftz); * 2^127 makes it a normal float e4m3 * 2^7; adding 112 to the exponent
-//   field gives e4m3 * 2^119.
-__device__ __forceinline__ uint32_t e4m3_to_bf16x2_scaled(uint32_t b) {
-  float f = __uint_as_float((b & 0x7Fu) << 20) * 0x1p127f;
-  f = __uint_as_float(__float_as_uint(f) + (112u << 23));
-  const __nv_bfloat162 v = __floats2bfloat162_rn(f, f);
-  return *reinterpret_cast<const uint32_t*>(&v);
+// Scale byte `byte` (0..3) of `word`, a UE5M3 code, -> bf16x2 (scale * 2^119, scale * 2^119).
+//   PRMT places the byte in the low byte of both halves; *16 + (237 << 7) builds each bf16.
+template <int kByte>
+__device__ __forceinline__ uint32_t ue5m3_to_bf16x2_scaled(uint32_t word) {
+  uint32_t dup;
+  asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(dup) : "r"(word), "n"(kByte | (4 << 4) | (kByte << 8) | (4 << 12)));
+  return dup * 16u + ((237u << 7) | (237u << 23));
 }
 
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
@@ -82,7 +95,7 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
 }
 
 // One A-fragment step: 8 values of a prepacked word, scaled by the row-g and row-(g+8)
-// block scales (as bf16x2 from e4m3_to_bf16x2_scaled).
+// block scales (as bf16x2 from ue5m3_to_bf16x2_scaled).
 __device__ __forceinline__ void dequant_a_fragment(uint32_t w, uint32_t scale_g, uint32_t scale_g8,
                                                    uint32_t (&a)[4]) {
   uint32_t raw[4];

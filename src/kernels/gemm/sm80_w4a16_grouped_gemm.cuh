@@ -5,15 +5,22 @@
 // accumulation. A and B are swapped: weight rows are the MMA's M side (16 per MMA tile), the
 // expert's tokens its N side (8 per MMA tile), so 1-64 tokens per expert waste nothing.
 //
-// Work: a persistent grid walks "units" (expert, row block, K split, token tile), ordered so
-// that units adjacent in the walk share weights (token tiles innermost): when an expert holds
-// more tokens than a tile, the CTAs of its token tiles run side by side and the weights come
-// from DRAM once. The per-expert token counts live on the device only: every CTA derives the
-// unit prefix from expert_offsets in its prologue (no host round trip, graph-capturable).
+// Work. A "unit" is one output tile: (expert, row block of kRows rows, token tile of kTokens
+// tokens), in expert order, row block, then token tile innermost (token tiles of one row block
+// read the same weights: consecutive units hit L2). Each unit needs KG = K / 256 iterations.
+// Stream-K: the U * KG iterations of all units are cut into gridDim.x equal contiguous ranges,
+// one per CTA (all CTAs resident), so every SM streams the same number of weight bytes however
+// few experts are active. A unit cut by a range boundary is finished by the last of its CTAs
+// to arrive: each writes its fp32 partial tile, and the last sums them in CTA order (fixed by
+// the partition, so the result is bitwise reproducible). The per-expert token counts live on
+// the device only: every CTA derives the unit prefix from expert_offsets in its prologue.
 //
-// CTA = kWarps warps stacked along the rows; warp w owns row tiles [w*kRowTilesPerWarp, ...)
-// and all tokens. Pipeline: kStages stages of one K group (256 K) each, filled by cp.async,
-// Marlin-style: wait for stage i, barrier, refill the stage consumed one step earlier, compute.
+// Pipeline: kStages stages of one K group each, filled by cp.async, Marlin-style, and
+// continuous across unit boundaries: the loader runs kStages - 1 iterations ahead of the MMAs
+// over the CTA's whole range, so a unit's epilogue runs while the next unit's data arrives.
+//
+// Warps: kWarpsRow x kWarpsTok; warp (wr, wt) owns row tiles [wr * kRpw, ...) and token n8
+// tiles [wt * kNt, ...) of the CTA tile. Token tiles of 32 and 64 are split over 2 warps.
 //
 // Shared memory map (dynamic; S = kStageBytes):
 //   [s*S,                 + kRowTiles*2048)  weights of stage s: [rowtile][chunk][lane][16 B]
@@ -21,7 +28,7 @@
 //   [s*S + kW + kS,       + kTokens*512)     tokens:             [token][256 K bf16], 16-byte
 //                                            units XOR-swizzled by (token & 7) within 128 B
 //   [kStages*S, + 4*(E+1))                   unit prefix per expert (scheduler)
-// Static: token row pointers of the current unit, epilogue flags.
+// Static: warp sums of the prefix scan, epilogue flags.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -45,28 +52,34 @@ struct W4a16Traits {
   static constexpr int kWarps = kT.warps;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kRowTiles = kRows / 16;
-  static constexpr int kRowTilesPerWarp = kRowTiles / kWarps;
   static constexpr int kTokenTiles = kTokens / 8;
+  // Token tiles of 32 or more are split over two warps (halves the B reads per warp).
+  static constexpr int kWarpsTok = (kTokens >= 32 && kWarps >= 2) ? 2 : 1;
+  static constexpr int kWarpsRow = kWarps / kWarpsTok;
+  static constexpr int kRpw = kRowTiles / kWarpsRow;  // row tiles per warp
+  static constexpr int kNt = kTokenTiles / kWarpsTok;  // n8 tiles per warp
+  static constexpr int kFrag = kRpw * kNt * 4;         // accumulators per thread
   static constexpr int kKGroup = 256;
   static constexpr int kWeightBytes = kRowTiles * 2048;
   static constexpr int kScaleBytes = kRowTiles * 256;
   static constexpr int kTokenBytes = kTokens * kKGroup * 2;
   static constexpr int kStageBytes = kWeightBytes + kScaleBytes + kTokenBytes;
   static constexpr int kTokenChunks = kTokens * (kKGroup * 2 / 16);  // 16-byte units per stage
-  static constexpr int kTokenChunksPerThread = kTokenChunks / kThreads;
+  static constexpr int kTileFloats = kRows * kTokens;                // one partial tile
 
   static_assert(kT.family == Family::kW4a16Mma, "w4a16_mma kernel instantiated for another family");
   static_assert(kT.tile_k == kKGroup, "one pipeline stage holds one prepacked K group of 256");
+  static_assert(kT.split_k == 1, "w4a16_mma schedules stream-K; its tactics carry split-K 1");
   static_assert(kRows % 16 == 0, "rows come in MMA tiles of 16");
-  static_assert(kRowTiles % kWarps == 0, "every warp owns the same number of row tiles");
   static_assert(kTokens % 8 == 0 && kTokens >= 8 && kTokens <= 64, "token tile: n8 MMA tiles, 8..64");
+  static_assert(kRowTiles % kWarpsRow == 0 && kRpw >= 1, "every warp owns the same row tiles");
+  static_assert(kTokenTiles % kWarpsTok == 0, "every warp owns the same token tiles");
   static_assert(kStages >= 2, "a pipeline needs at least two stages");
   static_assert(kTokenChunks % kThreads == 0, "token copies split evenly over the threads");
   static_assert(kRowTiles * 128 % kThreads == 0, "weight copies split evenly over the threads");
   static_assert(kRowTiles * 16 <= kThreads, "one thread per 16-byte scale copy");
   static_assert(kStageBytes % 128 == 0, "stages stay 128-byte aligned");
-  static_assert(kT.epilogue != Epilogue::kSwiglu || kRows % 16 == 0,
-                "SwiGLU pairs gate rows 0-7 with up rows 8-15 of every MMA tile");
+  static_assert(kFrag % 4 == 0, "partials move as float4");
 
   // Dynamic shared memory for `experts` groups.
   static constexpr int dynamic_smem_bytes(int experts) {
@@ -77,18 +90,19 @@ struct W4a16Traits {
 namespace w4a16 {
 
 // Exclusive prefix of per-expert unit counts into prefix[0..experts] (prefix[experts] = total).
-// One pass: each thread sums a contiguous chunk, a warp-level scan combines the chunk sums.
+// Each thread sums a contiguous chunk of experts; a warp-level scan combines the chunk sums.
 template <int kThreads>
 __device__ void unit_prefix(int* prefix, const int* offsets, int experts, int tokens_per_tile,
-                            int units_per_tile, int* warp_sums) {
+                            int row_blocks, int* warp_sums) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int per_thread = (experts + kThreads - 1) / kThreads;
   const int begin = min(tid * per_thread, experts), end = min(begin + per_thread, experts);
-  int local = 0;
-  for (int e = begin; e < end; ++e) {
+  auto units = [&](int e) {
     const int n = offsets[e + 1] - offsets[e];
-    local += (n + tokens_per_tile - 1) / tokens_per_tile * units_per_tile;
-  }
+    return (n + tokens_per_tile - 1) / tokens_per_tile * row_blocks;
+  };
+  int local = 0;
+  for (int e = begin; e < end; ++e) local += units(e);
   int incl = local;  // inclusive scan across the warp
   for (int d = 1; d < 32; d <<= 1) {
     const int v = __shfl_up_sync(0xffffffffu, incl, d);
@@ -96,19 +110,17 @@ __device__ void unit_prefix(int* prefix, const int* offsets, int experts, int to
   }
   if (lane == 31) warp_sums[warp] = incl;
   __syncthreads();  // RAW: warp totals
-  int warp_base = 0;
-  for (int w = 0; w < warp; ++w) warp_base += warp_sums[w];
-  int run = warp_base + incl - local;  // exclusive start of this thread's chunk
+  int run = incl - local;
+  for (int w = 0; w < warp; ++w) run += warp_sums[w];
   for (int e = begin; e < end; ++e) {
     prefix[e] = run;
-    const int n = offsets[e + 1] - offsets[e];
-    run += (n + tokens_per_tile - 1) / tokens_per_tile * units_per_tile;
+    run += units(e);
   }
   if (tid == kThreads - 1) prefix[experts] = run;
   __syncthreads();  // RAW: the prefix is read by every thread
 }
 
-// The expert whose unit range holds u: the last e with prefix[e] <= u (prefix is sorted).
+// The expert whose unit range holds u: the e with prefix[e] <= u < prefix[e+1].
 __device__ __forceinline__ int find_expert(const int* prefix, int experts, int u) {
   int lo = 0, hi = experts;  // prefix[lo] <= u < prefix[hi]
   while (hi - lo > 1) {
@@ -118,6 +130,31 @@ __device__ __forceinline__ int find_expert(const int* prefix, int experts, int u
   return lo;
 }
 
+struct Unit {
+  int e, rb, tok0, ntok;
+};
+
+__device__ __forceinline__ Unit decode_unit(const W4a16GemmParams& p, const int* prefix, int u,
+                                            int tokens_per_tile) {
+  Unit d;
+  d.e = find_expert(prefix, p.num_experts, u);
+  const int row0 = p.expert_offsets[d.e];
+  const int n_e = p.expert_offsets[d.e + 1] - row0;
+  const int tiles_e = (n_e + tokens_per_tile - 1) / tokens_per_tile;
+  const int local = u - prefix[d.e];
+  const int tt = local % tiles_e;
+  d.rb = local / tiles_e;
+  d.tok0 = row0 + tt * tokens_per_tile;
+  d.ntok = min(tokens_per_tile, n_e - tt * tokens_per_tile);
+  return d;
+}
+
+// Stream-K partition: iteration i belongs to the CTA c with floor(c*W/G) <= i < floor((c+1)W/G).
+__device__ __forceinline__ int64_t range_begin(int64_t c, int64_t w, int64_t g) { return c * w / g; }
+__device__ __forceinline__ int cta_of(int64_t i, int64_t w, int64_t g) {
+  return static_cast<int>(((i + 1) * g - 1) / w);
+}
+
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }
 
 __device__ __forceinline__ uint16_t to_bf16_bits(float v) {
@@ -125,139 +162,180 @@ __device__ __forceinline__ uint16_t to_bf16_bits(float v) {
   return *reinterpret_cast<const uint16_t*>(&b);
 }
 
+// Programmatic dependent launch (sm_90+): wait for the previous kernel's results; let the next
+// kernel's CTAs be scheduled. No-ops before sm_90.
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 }  // namespace w4a16
 
 // kCode = encode_tactic(tactic) (see the NOTES in fp4moe/tactic.h).
+// Two CTAs per SM at least (the register budget of 8-warp CTAs is then 128 per thread).
 template <unsigned long long kCode>
-__global__ void __launch_bounds__(decode_tactic(kCode).warps * 32)
+__global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
     w4a16_grouped_gemm_kernel(const W4a16GemmParams p) {
   constexpr Tactic kT = decode_tactic(kCode);
   using Tr = W4a16Traits<kT>;
   constexpr int kRows = Tr::kRows, kTokens = Tr::kTokens, kStages = Tr::kStages;
   constexpr int kThreads = Tr::kThreads, kRowTiles = Tr::kRowTiles;
-  constexpr int kRpw = Tr::kRowTilesPerWarp, kNt = Tr::kTokenTiles;
+  constexpr int kRpw = Tr::kRpw, kNt = Tr::kNt, kWarpsRow = Tr::kWarpsRow;
 
   extern __shared__ __align__(128) uint8_t smem[];
   int* prefix = reinterpret_cast<int*>(smem + kStages * Tr::kStageBytes);
-  __shared__ const uint16_t* token_src[kTokens];  // x row of each token of the unit (or null)
   __shared__ int warp_sums[kT.warps];
-  __shared__ int finished_token[kTokens];         // finalize: token completed by this CTA, or -1
-  __shared__ int split_last;                      // split-K: this CTA reduces the tile
+  __shared__ int finished_token[kTokens];  // finalize: tokens this CTA completes ...
+  __shared__ int finished_count;           // ... and how many
+  __shared__ int unit_last;                // stream-K: this CTA completes the unit
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;  // MMA fragment coordinates
-  const int experts = p.num_experts, split = p.split_k;
+  const int warp_row = warp % kWarpsRow, warp_tok = warp / kWarpsRow;
   const int row_blocks = (p.rowtiles + kRowTiles - 1) / kRowTiles;
-  const int units_per_tile = row_blocks * split;
   const int64_t expert_wbytes = static_cast<int64_t>(p.rowtiles) * p.kgroups * 2048;
   const int64_t expert_sbytes = static_cast<int64_t>(p.rowtiles) * p.kgroups * 256;
   const int rows_pad = p.rowtiles * 16;
 
-  w4a16::unit_prefix<kThreads>(prefix, p.expert_offsets, experts, kTokens, units_per_tile,
+  w4a16::griddep_wait();  // the routing (and FC1's act) are complete and visible
+  w4a16::unit_prefix<kThreads>(prefix, p.expert_offsets, p.num_experts, kTokens, row_blocks,
                                warp_sums);
-  const int total_units = prefix[experts];
+  w4a16::griddep_launch_dependents();
+  const int KG = p.kgroups;
+  // W iterations over G CTAs; with fewer iterations than CTAs only the first W CTAs work
+  // (each then takes one), so that every CTA of the partition holds at least one iteration.
+  const int64_t W = static_cast<int64_t>(prefix[p.num_experts]) * KG;
+  const int64_t G = min(static_cast<int64_t>(gridDim.x), W);
+  if (blockIdx.x >= G) return;
+  const int64_t it_begin = w4a16::range_begin(blockIdx.x, W, G);
+  const int64_t it_end = w4a16::range_begin(blockIdx.x + 1, W, G);
+  const int first_unit = static_cast<int>(it_begin / KG);
+  const int first_kg = static_cast<int>(it_begin % KG);
+  const int64_t iterations = it_end - it_begin;
 
-  for (int u = blockIdx.x; u < total_units; u += gridDim.x) {
-    // ---- decode the unit: expert, row block, split, token tile (innermost) ----------------
-    const int e = w4a16::find_expert(prefix, experts, u);
-    const int row0_e = p.expert_offsets[e];
-    const int n_e = p.expert_offsets[e + 1] - row0_e;
-    const int tiles_e = (n_e + kTokens - 1) / kTokens;
-    const int local = u - prefix[e];
-    const int tt = local % tiles_e;
-    const int s = (local / tiles_e) % split;
-    const int rb = local / (tiles_e * split);
-    const int tok0 = row0_e + tt * kTokens;  // first permuted row of the tile
-    const int ntok = min(kTokens, n_e - tt * kTokens);
-    const int kg_begin = static_cast<int>(static_cast<int64_t>(p.kgroups) * s / split);
-    const int kg_end = static_cast<int>(static_cast<int64_t>(p.kgroups) * (s + 1) / split);
-    const int nk = kg_end - kg_begin;
-
-    for (int n = tid; n < kTokens; n += kThreads) {
-      const uint16_t* src = nullptr;
-      if (n < ntok) {
-        const int xr = p.gather ? p.gather[tok0 + n] : tok0 + n;
-        src = p.x + static_cast<int64_t>(xr) * p.x_stride;
-      }
-      token_src[n] = src;
+  // ---- loader: the next (unit, K group) of this CTA's range into a stage slot -------------
+  // Incremental counters: no 64-bit division in the loop.
+  int l_unit = first_unit, l_kg = first_kg;
+  int64_t l_left = iterations;
+  int lu_index = -1;
+  // Per-thread copy assignments (fixed for the whole kernel): weight copy i moves 16 bytes of
+  // row tile (tid >> 7) + i * kWStep, token copy i 16 bytes of token (tid >> 5) + i * kTStep.
+  constexpr int kWCopies = kRowTiles * 128 / kThreads, kWStep = kThreads / 128;
+  constexpr int kTCopies = Tr::kTokenChunks / kThreads, kTStep = kThreads / 32;
+  static_assert(kThreads % 128 == 0, "weight copies: whole row tiles per pass");
+  const int w_within = tid & 127, w_rt0 = tid >> 7;
+  const int t_unit = tid & 31, t_n0 = tid >> 5;
+  // Per-unit sources (recomputed when the loader enters a unit): the K group adds a fixed step.
+  const uint8_t* w_src = nullptr;  // copy 0's source at K group 0
+  int64_t w_copy_stride = 0;       // bytes between copies i and i + 1
+  uint32_t w_valid = 0;            // bit i: copy i's row tile exists
+  const uint8_t* s_src = nullptr;
+  bool s_valid = false;
+  const uint16_t* t_src[kTCopies];  // token row + this thread's 8 elements, at K group 0
+  uint32_t t_valid = 0;
+  auto enter_unit = [&](const w4a16::Unit& uu) {
+    const uint8_t* wbase = p.weights + uu.e * expert_wbytes;
+    const int grt0 = uu.rb * kRowTiles + w_rt0;
+    w_src = wbase + static_cast<int64_t>(grt0) * KG * 2048 + w_within * 16;
+    w_copy_stride = static_cast<int64_t>(kWStep) * KG * 2048;
+    w_valid = 0;
+#pragma unroll
+    for (int i = 0; i < kWCopies; ++i) w_valid |= (grt0 + i * kWStep < p.rowtiles ? 1u : 0u) << i;
+    const int srt = uu.rb * kRowTiles + (tid >> 4);
+    s_valid = tid < kRowTiles * 16 && srt < p.rowtiles;
+    s_src = p.scales + uu.e * expert_sbytes + static_cast<int64_t>(s_valid ? srt : 0) * KG * 256 +
+            (tid & 15) * 16;
+    t_valid = 0;
+#pragma unroll
+    for (int i = 0; i < kTCopies; ++i) {
+      const int n = t_n0 + i * kTStep;
+      const bool v = n < uu.ntok;
+      const int64_t xr = !v ? 0 : p.gather ? __ldg(p.gather + uu.tok0 + n) : uu.tok0 + n;
+      t_src[i] = p.x + xr * p.x_stride + t_unit * 8;
+      t_valid |= (v ? 1u : 0u) << i;
     }
-    __syncthreads();  // RAW: token_src; WAR: the previous unit's epilogue is done with smem
-
-    const uint8_t* wbase = p.weights + e * expert_wbytes;
-    const uint8_t* sbase = p.scales + e * expert_sbytes;
-
-    // ---- stage loader: weights, scales and tokens of K group kg into stage slot ------------
-    auto load_stage = [&](int slot, int kg) {
+  };
+  auto load_next = [&](int slot) {
+    if (l_left > 0) {
+      const int kg = l_kg;
+      if (l_unit != lu_index) {
+        enter_unit(w4a16::decode_unit(p, prefix, l_unit, kTokens));
+        lu_index = l_unit;
+      }
       uint8_t* st = smem + slot * Tr::kStageBytes;
-      // Weights: kRowTiles x 2048 B, contiguous per row tile in global memory.
+      // Weights: kRowTiles x 2048 B, contiguous per row tile; rows past the matrix: zeros.
 #pragma unroll
-      for (int i = 0; i < kRowTiles * 128 / kThreads; ++i) {
-        const int c = tid + i * kThreads;  // 16-byte unit
-        const int rt = c >> 7, within = c & 127;
-        const int grt = rb * kRowTiles + rt;
-        uint8_t* dst = st + rt * 2048 + within * 16;
-        if (grt < p.rowtiles) {
-          ptx::cp_async_16(dst, wbase + (static_cast<int64_t>(grt) * p.kgroups + kg) * 2048 + within * 16,
-                           true);
-        } else {
-          ptx::cp_async_16(dst, wbase, false);  // zero rows past the matrix
-        }
-        // NOTES: an L2 evict-first policy (createpolicy.fractional + cp.async.L2::cache_hint)
-        // made the kernel die with "illegal instruction" on the H200 with nvcc 13.0 (a known
-        // ptxas problem with fractional policies on cp.async); plain cp.async.cg is used.
+      for (int i = 0; i < kWCopies; ++i) {
+        const bool v = (w_valid >> i) & 1u;
+        ptx::cp_async_16(st + (w_rt0 + i * kWStep) * 2048 + w_within * 16,
+                         v ? w_src + i * w_copy_stride + kg * 2048 : p.weights, v);
       }
-      // Scales: kRowTiles x 256 B.
-      if (tid < kRowTiles * 16) {
-        const int rt = tid >> 4, within = tid & 15;
-        const int grt = rb * kRowTiles + rt;
-        uint8_t* dst = st + Tr::kWeightBytes + rt * 256 + within * 16;
-        ptx::cp_async_16(dst,
-                         sbase + (static_cast<int64_t>(min(grt, p.rowtiles - 1)) * p.kgroups + kg) *
-                                     256 + within * 16,
-                         grt < p.rowtiles);
-      }
-      // Tokens: kTokens rows x 32 units of 16 B (8 bf16), swizzled.
+      // Scales: kRowTiles x 256 B, one 16-byte copy per thread of the first kRowTiles * 16.
+      if (tid < kRowTiles * 16)
+        ptx::cp_async_16(st + Tr::kWeightBytes + tid * 16, s_src + kg * 256, s_valid);
+      // Tokens: kTokens rows x 32 units of 16 B (8 bf16), swizzled by (token & 7); past the
+      // expert's tokens or past K: zeros.
       uint8_t* tok = st + Tr::kWeightBytes + Tr::kScaleBytes;
+      const bool k_ok = kg * 256 + t_unit * 8 < p.k;
 #pragma unroll
-      for (int i = 0; i < Tr::kTokenChunksPerThread; ++i) {
-        const int c = tid + i * kThreads;
-        const int n = c >> 5, unit = c & 31;
-        const int kel = kg * 256 + unit * 8;
-        const uint16_t* src = token_src[n];
-        const bool valid = src != nullptr && kel < p.k;
-        const int phys = (unit & ~7) | ((unit ^ n) & 7);
-        ptx::cp_async_16(tok + n * 512 + phys * 16, valid ? src + kel : p.x, valid);
+      for (int i = 0; i < kTCopies; ++i) {
+        const int n = t_n0 + i * kTStep;
+        const bool v = ((t_valid >> i) & 1u) && k_ok;
+        const int phys = (t_unit & ~7) | ((t_unit ^ n) & 7);
+        ptx::cp_async_16(tok + n * 512 + phys * 16, v ? t_src[i] + kg * 256 : p.x, v);
       }
-    };
+      --l_left;
+      if (++l_kg == KG) {
+        l_kg = 0;
+        ++l_unit;
+      }
+    }
+    ptx::cp_async_commit();  // possibly empty: keeps the group count in step
+  };
 
-    float acc[kRpw][kNt][4];
+  float acc[kRpw][kNt][4];
+  auto zero_acc = [&] {
 #pragma unroll
     for (int r = 0; r < kRpw; ++r)
 #pragma unroll
       for (int j = 0; j < kNt; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[r][j][i] = 0.0f;
+  };
+  zero_acc();
 
-    // ---- mainloop ---------------------------------------------------------------------------
 #pragma unroll
-    for (int i = 0; i < kStages - 1; ++i) {
-      if (i < nk) load_stage(i, kg_begin + i);
-      ptx::cp_async_commit();
-    }
-    for (int ki = 0; ki < nk; ++ki) {
-      ptx::cp_async_wait<kStages - 2>();  // this thread's copies of stage ki have landed
-      __syncthreads();  // RAW: all threads' copies of stage ki; WAR: stage ki-1 is consumed
-      if (ki + kStages - 1 < nk) load_stage((ki + kStages - 1) % kStages, kg_begin + ki + kStages - 1);
-      ptx::cp_async_commit();  // possibly empty: keeps the group count in step
+  for (int s = 0; s < kStages - 1; ++s) load_next(s);
 
-      const uint8_t* st = smem + (ki % kStages) * Tr::kStageBytes;
-      const uint8_t* wst = st + (warp * kRpw) * 2048;
-      const uint8_t* sst = st + Tr::kWeightBytes + (warp * kRpw) * 256;
-      const uint8_t* tst = st + Tr::kWeightBytes + Tr::kScaleBytes;
+  // Lane-constant shared-memory offsets, so that every load of the MMA loop is base + an
+  // immediate. B: token n = 8 * (warp n8 tile) + g, 16-byte unit 8c + 2t + h of the row, stored
+  // at unit 8c + ((2t + h) ^ g) (the swizzle: (unit ^ n) & 7 = (2t + h) ^ g since 8 | 8c, 8 | 8j).
+  const int a_lane = (warp_row * kRpw) * 2048 + lane * 16;
+  const int s_lane = Tr::kWeightBytes + (warp_row * kRpw) * 256 + lane * 8;
+  const int b_lane0 = Tr::kWeightBytes + Tr::kScaleBytes + (warp_tok * kNt * 8 + g) * 512 + ((2 * t) ^ g) * 16;
+  const int b_lane1 = Tr::kWeightBytes + Tr::kScaleBytes + (warp_tok * kNt * 8 + g) * 512 + ((2 * t + 1) ^ g) * 16;
+
+  int c_unit = first_unit, c_kg = first_kg;  // the iteration being computed
+  bool seg_from_unit_start = first_kg == 0;  // this CTA holds the current unit from its start
+  int slot = 0;                              // stage slot of the iteration being computed
+  for (int64_t left = iterations; left > 0; --left) {
+    ptx::cp_async_wait<kStages - 2>();  // this thread's copies of this iteration have landed
+    __syncthreads();  // RAW: all threads' copies of it; WAR: the slot refilled next is consumed
+    load_next(slot == 0 ? kStages - 1 : slot - 1);  // the slot consumed one iteration ago
+
+    // ---- MMAs of one K group --------------------------------------------------------------
+    {
+      const uint8_t* st = smem + slot * Tr::kStageBytes;
+      const uint8_t* wst = st + a_lane;
       uint2 sc8[kRpw];  // this lane's 8 scale bytes per row tile: chunk c -> bytes 2c, 2c+1
 #pragma unroll
-      for (int r = 0; r < kRpw; ++r) sc8[r] = ptx::ld_shared_v2(sst + r * 256 + lane * 8);
-
+      for (int r = 0; r < kRpw; ++r) sc8[r] = ptx::ld_shared_v2(st + s_lane + r * 256);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         // A: 16 B per lane per row tile = 4 words, one per MMA k-step of this 64-K chunk.
@@ -265,24 +343,24 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32)
         uint32_t sg[kRpw], sg8[kRpw];
 #pragma unroll
         for (int r = 0; r < kRpw; ++r) {
-          aw[r] = ptx::ld_shared_v4(wst + r * 2048 + c * 512 + lane * 16);
+          aw[r] = ptx::ld_shared_v4(wst + r * 2048 + c * 512);
           const uint32_t word = c < 2 ? sc8[r].x : sc8[r].y;
-          const int shift = (c & 1) * 16;
-          sg[r] = e4m3_to_bf16x2_scaled(word >> shift);
-          sg8[r] = e4m3_to_bf16x2_scaled(word >> (shift + 8));
+          if (c & 1) {
+            sg[r] = ue5m3_to_bf16x2_scaled<2>(word);
+            sg8[r] = ue5m3_to_bf16x2_scaled<3>(word);
+          } else {
+            sg[r] = ue5m3_to_bf16x2_scaled<0>(word);
+            sg8[r] = ue5m3_to_bf16x2_scaled<1>(word);
+          }
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          // B: token g of n-tile j, K = 64c + 16t + 8h + [0, 8): steps 2h and 2h+1.
+          // B: token g of n-tile j, K = 64c + 16t + 8h + [0, 8): MMA steps 2h and 2h+1.
           //   b[j].x,y: step 2h (k +0..3), b[j].z,w: step 2h+1 (k +4..7)
+          const uint8_t* bst = st + (h == 0 ? b_lane0 : b_lane1) + c * 128;
           uint4 b[kNt];
 #pragma unroll
-          for (int j = 0; j < kNt; ++j) {
-            const int n = j * 8 + g;
-            const int unit = c * 8 + 2 * t + h;
-            const int phys = (unit & ~7) | ((unit ^ n) & 7);
-            b[j] = ptx::ld_shared_v4(tst + n * 512 + phys * 16);
-          }
+          for (int j = 0; j < kNt; ++j) b[j] = ptx::ld_shared_v4(bst + j * 8 * 512);
 #pragma unroll
           for (int s2 = 0; s2 < 2; ++s2) {
             const int step = 2 * h + s2;
@@ -301,139 +379,154 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32)
         }
       }
     }
-    ptx::cp_async_wait<0>();  // drain the (empty) trailing groups before smem is reused
+    slot = slot + 1 == kStages ? 0 : slot + 1;
 
-    // ---- epilogue -----------------------------------------------------------------------------
-    // acc[r][j][i]: row = tile row base + g (+8 for i >= 2), token n = 8j + 2t + (i & 1).
-    const int rt_base = rb * kRowTiles + warp * kRpw;  // this warp's first global row tile
-    const float ka = p.scale_a ? p.scale_a[e] * kDequantEpilogueFactor : kDequantEpilogueFactor;
+    // ---- epilogue at the end of a unit (or of this CTA's range) ----------------------------
+    const bool unit_end = c_kg + 1 == KG;
+    const int u = c_unit;
+    if (unit_end) {
+      c_kg = 0;
+      ++c_unit;
+    } else {
+      ++c_kg;
+    }
+    if (!unit_end && left != 1) continue;
+    const int64_t unit_first = static_cast<int64_t>(u) * KG;
+    const bool complete = seg_from_unit_start && unit_end;
+    seg_from_unit_start = true;  // the next unit, if any, starts with this CTA's next iteration
+    const w4a16::Unit cu = w4a16::decode_unit(p, prefix, u, kTokens);
+    const int rt_base = cu.rb * kRowTiles + warp_row * kRpw;  // this warp's first global row tile
 
-    if constexpr (kT.epilogue == Epilogue::kFinalize) {
-      // Weighted rows to rows_out[s][permuted row][row]; then arrivals per (token, row block):
-      // the CTA that completes a token sums its slots (and splits) in a fixed order.
+    if (!complete) {
+      // Stream-K fix-up. Slot 2c holds CTA c's first (cut) unit, 2c+1 its last.
+      float* mine = p.partials +
+                    (static_cast<int64_t>(2 * blockIdx.x + (u == first_unit ? 0 : 1)) * Tr::kTileFloats +
+                     tid * Tr::kFrag);
+#pragma unroll
+      for (int r = 0; r < kRpw; ++r)
+#pragma unroll
+        for (int j = 0; j < kNt; ++j)
+          reinterpret_cast<float4*>(mine)[r * kNt + j] =
+              make_float4(acc[r][j][0], acc[r][j][1], acc[r][j][2], acc[r][j][3]);
+      // Release: the barrier orders every thread's partial before thread 0's fence, which
+      // orders them before the arrival (the CUTLASS semaphore pattern; one fence per CTA).
+      __syncthreads();
+      const int c_first = w4a16::cta_of(unit_first, W, G);
+      const int c_last = w4a16::cta_of(unit_first + KG - 1, W, G);
+      if (tid == 0) {
+        __threadfence();
+        const bool last = atomicAdd(p.unit_counters + u, 1) == c_last - c_first;
+        if (last) {
+          p.unit_counters[u] = 0;  // ready for the next launch
+          __threadfence();         // acquire: the other CTAs' partials, before the barrier below
+        }
+        unit_last = last;
+      }
+      __syncthreads();
+      if (!unit_last) {
+        zero_acc();
+        continue;  // uniform across the CTA
+      }
+      zero_acc();
+      for (int c = c_first; c <= c_last; ++c) {  // fixed order: bitwise reproducible
+        const int first_of_c = static_cast<int>(w4a16::range_begin(c, W, G) / KG);
+        const float4* src = reinterpret_cast<const float4*>(
+            p.partials + (static_cast<int64_t>(2 * c + (u == first_of_c ? 0 : 1)) * Tr::kTileFloats +
+                          tid * Tr::kFrag));
+#pragma unroll
+        for (int r = 0; r < kRpw; ++r)
+#pragma unroll
+          for (int j = 0; j < kNt; ++j) {
+            const float4 v = ptx::ld_cg(src + r * kNt + j);
+            acc[r][j][0] += v.x;
+            acc[r][j][1] += v.y;
+            acc[r][j][2] += v.z;
+            acc[r][j][3] += v.w;
+          }
+      }
+    }
+
+    // acc[r][j][i]: row = 16 * (rt_base + r) + g (+8 for i >= 2),
+    //               token n = 8 * (warp_tok * kNt + j) + 2t + (i & 1).
+    const float ka = p.scale_a ? p.scale_a[cu.e] * kDequantEpilogueFactor : kDequantEpilogueFactor;
+    if constexpr (kT.epilogue == Epilogue::kSwiglu) {
+      // Row tile q holds gate rows 8q..8q+7 (tile rows 0-7) and up rows 8q..8q+7 (8-15):
+      // acc[..][0..1] is gate, acc[..][2..3] the matching up, for act column 8q + g.
+      const float kb = p.scale_b[cu.e] * kDequantEpilogueFactor;
+#pragma unroll
+      for (int r = 0; r < kRpw; ++r) {
+        const int col = (rt_base + r) * 8 + g;
+#pragma unroll
+        for (int j = 0; j < kNt; ++j)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int n = (warp_tok * kNt + j) * 8 + 2 * t + i;
+            if (n < cu.ntok && col < p.act_cols) {
+              const float gate = acc[r][j][i] * ka, up = acc[r][j][i + 2] * kb;
+              p.act_out[static_cast<int64_t>(cu.tok0 + n) * p.act_cols + col] =
+                  w4a16::to_bf16_bits(w4a16::silu(gate) * up);
+            }
+          }
+      }
+    } else if constexpr (kT.epilogue == Epilogue::kNone) {
 #pragma unroll
       for (int r = 0; r < kRpw; ++r)
 #pragma unroll
         for (int j = 0; j < kNt; ++j)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const int n = j * 8 + 2 * t + (i & 1);
+            const int n = (warp_tok * kNt + j) * 8 + 2 * t + (i & 1);
             const int row = (rt_base + r) * 16 + g + (i >> 1) * 8;
-            if (n < ntok && row < p.rows) {
-              const int pr = tok0 + n;
-              p.rows_out[(static_cast<int64_t>(s) * p.partial_rows + pr) * p.rows + row] =
-                  acc[r][j][i] * ka * p.row_weight[pr];
-            }
+            if (n < cu.ntok && row < p.rows)
+              p.raw_out[static_cast<int64_t>(cu.tok0 + n) * rows_pad + row] = acc[r][j][i] * ka;
           }
-      __threadfence();  // release: the rows are visible before the arrival is counted
-      __syncthreads();
-      const int target = p.slots * split;
-      for (int n = tid; n < kTokens; n += kThreads) {
-        int done = -1;
-        if (n < ntok) {
-          const int token = p.row_token[tok0 + n];
-          int* counter = p.token_counters + static_cast<int64_t>(token) * row_blocks + rb;
-          if (atomicAdd(counter, 1) == target - 1) {
-            *counter = 0;  // ready for the next launch
-            done = token;
-          }
-        }
-        finished_token[n] = done;
-      }
-      __syncthreads();
-      __threadfence();  // acquire: the other arrivals' rows are read below
-      for (int n = 0; n < ntok; ++n) {
-        const int token = finished_token[n];
-        if (token < 0) continue;
-        for (int row_in = tid; row_in < kRows; row_in += kThreads) {
-          const int row = rb * kRows + row_in;
-          if (row >= p.rows) break;
-          float sum = 0.0f;
-          for (int slot = 0; slot < p.slots; ++slot) {
-            const int pr = p.pair_row[static_cast<int64_t>(token) * p.slots + slot];
-            for (int ss = 0; ss < split; ++ss)
-              sum += ptx::ld_cg(p.rows_out + (static_cast<int64_t>(ss) * p.partial_rows + pr) * p.rows + row);
-          }
-          p.out[static_cast<int64_t>(token) * p.rows + row] = w4a16::to_bf16_bits(sum);
-        }
-      }
     } else {
-      // none / swiglu: with split-K, partials go to the workspace and the last split of the
-      // tile sums them (in split order) into acc before the epilogue proper.
-      if (split > 1) {
+      // Finalize: weighted rows to rows_out[permuted row][row]; then arrivals per (token, row
+      // block): the CTA that completes a token sums its slots in slot order.
 #pragma unroll
-        for (int r = 0; r < kRpw; ++r)
+      for (int r = 0; r < kRpw; ++r)
 #pragma unroll
-          for (int j = 0; j < kNt; ++j)
+        for (int j = 0; j < kNt; ++j)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int n = j * 8 + 2 * t + (i & 1);
-              const int row = (rt_base + r) * 16 + g + (i >> 1) * 8;
-              if (n < ntok)
-                p.partials[(static_cast<int64_t>(s) * p.partial_rows + tok0 + n) * rows_pad + row] =
-                    acc[r][j][i];
+          for (int i = 0; i < 4; ++i) {
+            const int n = (warp_tok * kNt + j) * 8 + 2 * t + (i & 1);
+            const int row = (rt_base + r) * 16 + g + (i >> 1) * 8;
+            if (n < cu.ntok && row < p.rows) {
+              const int pr = cu.tok0 + n;
+              p.rows_out[static_cast<int64_t>(pr) * p.rows + row] = acc[r][j][i] * ka * p.row_weight[pr];
             }
-        __threadfence();  // release
-        __syncthreads();
-        if (tid == 0) {
-          const int tile = prefix[e] / split + rb * tiles_e + tt;
-          const bool last = atomicAdd(p.tile_counters + tile, 1) == split - 1;
-          if (last) p.tile_counters[tile] = 0;
-          split_last = last;
+          }
+      __syncthreads();  // every thread's rows are written (CTA scope) ...
+      if (tid == 0) finished_count = 0;
+      __syncthreads();
+      for (int n = tid; n < cu.ntok; n += kThreads) {
+        const int token = p.row_token[cu.tok0 + n];
+        int* counter = p.token_counters + static_cast<int64_t>(token) * row_blocks + cu.rb;
+        __threadfence();  // ... and released before this token's arrival is counted
+        if (atomicAdd(counter, 1) == p.slots - 1) {
+          *counter = 0;     // ready for the next launch
+          __threadfence();  // acquire: the other arrivals' rows, before the barrier below
+          finished_token[atomicAdd(&finished_count, 1)] = token;
         }
-        __syncthreads();
-        if (!split_last) continue;  // uniform across the CTA
-        __threadfence();  // acquire
-#pragma unroll
-        for (int r = 0; r < kRpw; ++r)
-#pragma unroll
-          for (int j = 0; j < kNt; ++j)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int n = j * 8 + 2 * t + (i & 1);
-              const int row = (rt_base + r) * 16 + g + (i >> 1) * 8;
-              float sum = 0.0f;
-              if (n < ntok)
-                for (int ss = 0; ss < split; ++ss)
-                  sum += ptx::ld_cg(p.partials +
-                                    (static_cast<int64_t>(ss) * p.partial_rows + tok0 + n) * rows_pad + row);
-              acc[r][j][i] = sum;
-            }
       }
-      if constexpr (kT.epilogue == Epilogue::kSwiglu) {
-        // Row tile q holds gate rows 8q..8q+7 (tile rows 0-7) and up rows 8q..8q+7 (8-15):
-        // acc[..][0..1] is gate, acc[..][2..3] the matching up, for act column 8q + g.
-        const float kb = p.scale_b[e] * kDequantEpilogueFactor;
-#pragma unroll
-        for (int r = 0; r < kRpw; ++r) {
-          const int col = (rt_base + r) * 8 + g;
-#pragma unroll
-          for (int j = 0; j < kNt; ++j)
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              const int n = j * 8 + 2 * t + i;
-              if (n < ntok && col < p.act_cols) {
-                const float gate = acc[r][j][i] * ka, up = acc[r][j][i + 2] * kb;
-                p.act_out[static_cast<int64_t>(tok0 + n) * p.act_cols + col] =
-                    w4a16::to_bf16_bits(w4a16::silu(gate) * up);
-              }
-            }
-        }
-      } else {
-#pragma unroll
-        for (int r = 0; r < kRpw; ++r)
-#pragma unroll
-          for (int j = 0; j < kNt; ++j)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int n = j * 8 + 2 * t + (i & 1);
-              const int row = (rt_base + r) * 16 + g + (i >> 1) * 8;
-              if (n < ntok && row < p.rows)
-                p.raw_out[static_cast<int64_t>(tok0 + n) * rows_pad + row] = acc[r][j][i] * ka;
-            }
+      __syncthreads();
+      // The completed tokens' rows of this block, one (token, row) per thread: every thread
+      // busy and the slot loads of different rows in flight together.
+      const int rows_here = min(kRows, p.rows - cu.rb * kRows);
+      for (int idx = tid; idx < finished_count * rows_here; idx += kThreads) {
+        const int token = finished_token[idx / rows_here];
+        const int row = cu.rb * kRows + idx % rows_here;
+        const int* pair = p.pair_row + static_cast<int64_t>(token) * p.slots;
+        float sum = 0.0f;
+        for (int slot = 0; slot < p.slots; ++slot)  // slot order: bitwise reproducible
+          sum += ptx::ld_cg(p.rows_out + static_cast<int64_t>(pair[slot]) * p.rows + row);
+        p.out[static_cast<int64_t>(token) * p.rows + row] = w4a16::to_bf16_bits(sum);
       }
+      __syncthreads();  // WAR: finished_token is rewritten by the next unit's epilogue
     }
+    zero_acc();
   }
+  ptx::cp_async_wait<0>();  // nothing may be in flight when the CTA exits
 }
 
 }  // namespace fp4moe::kernels

@@ -14,14 +14,25 @@ W4a16Kernel make_w4a16_kernel() {
   k.tactic = kT;
   k.function = reinterpret_cast<const void*>(&w4a16_grouped_gemm_kernel<encode_tactic(kT)>);
   k.dynamic_smem_bytes = [](int experts) { return W4a16Traits<kT>::dynamic_smem_bytes(experts); };
-  k.launch = [](const W4a16GemmParams& p, int grid, int smem, cudaStream_t stream) {
-    w4a16_grouped_gemm_kernel<encode_tactic(kT)><<<grid, kT.warps * 32, smem, stream>>>(p);
-    FP4MOE_CUDA_CHECK_LAUNCH();
+  k.tile_floats = W4a16Traits<kT>::kTileFloats;
+  k.launch = [](const W4a16GemmParams& p, int grid, int smem, bool pdl, cudaStream_t stream) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(kT.warps * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, &w4a16_grouped_gemm_kernel<encode_tactic(kT)>, p));
   };
   return k;
 }
 
 constexpr Tactic w4a16_tactic(int rows, int tokens, int stages, int warps, Epilogue ep) {
+  // split-K 1: the family schedules stream-K over all resident CTAs.
   return Tactic{Family::kW4a16Mma, rows, tokens, 256, stages, warps, 1, ep, false};
 }
 

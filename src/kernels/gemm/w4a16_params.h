@@ -28,10 +28,10 @@ struct W4a16GemmParams {
   // ---- epilogue ----------------------------------------------------------------------------
   const float* scale_a = nullptr;    // per expert: FC1 gate / FC2 down / none: the global scale
   const float* scale_b = nullptr;    // per expert: FC1 up global scale
-  int split_k = 1;
-  float* partials = nullptr;         // split-K partials [split][permuted row][rowtiles * 16]
-  int* tile_counters = nullptr;      // split-K arrivals per output tile (zero between launches)
-  int64_t partial_rows = 0;          // permuted-row capacity of `partials`
+  // stream-K fix-up: partial tiles [2 * gridDim.x][tile] and arrivals per unit (zero between
+  // launches: the last arrival resets its counter)
+  float* partials = nullptr;
+  int* unit_counters = nullptr;
   // none: raw fp32 output [permuted row][rowtiles * 16]
   float* raw_out = nullptr;
   // swiglu: act[permuted row][act_cols] bf16, act_cols = I
@@ -42,7 +42,7 @@ struct W4a16GemmParams {
   const int* row_token = nullptr;      // [permuted row] -> token
   const int* pair_row = nullptr;       // [token][slot] -> permuted row
   int slots = 0;                       // slots per token (top-k, +1 with a shared expert)
-  float* rows_out = nullptr;           // weighted rows [split][permuted row][rows] fp32
+  float* rows_out = nullptr;           // weighted rows [permuted row][rows] fp32
   int* token_counters = nullptr;       // arrivals per (token, row block) (zero between launches)
   uint16_t* out = nullptr;             // [token][rows] bf16
 };

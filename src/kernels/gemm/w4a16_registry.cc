@@ -13,10 +13,8 @@ std::span<const W4a16Kernel> w4a16_kernels() {
 }
 
 const W4a16Kernel* find_w4a16_kernel(const Tactic& t) {
-  Tactic key = t;
-  key.split_k = 1;
   for (const W4a16Kernel& k : w4a16_kernels())
-    if (k.tactic == key) return &k;
+    if (k.tactic == t) return &k;
   return nullptr;
 }
 

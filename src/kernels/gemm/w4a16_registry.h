@@ -13,15 +13,18 @@
 namespace fp4moe::kernels {
 
 struct W4a16Kernel {
-  Tactic tactic;  // split_k = 1 here: the split is a launch parameter
+  Tactic tactic;
   const void* function;                          // the __global__ function
   int (*dynamic_smem_bytes)(int experts);
-  void (*launch)(const W4a16GemmParams& p, int grid, int dynamic_smem, cudaStream_t stream);
+  int tile_floats;  // fp32 values of one partial tile (kRows x kTokens)
+  // pdl: launch as a programmatic dependent of the previous kernel on the stream (sm_90+).
+  void (*launch)(const W4a16GemmParams& p, int grid, int dynamic_smem, bool pdl,
+                 cudaStream_t stream);
 };
 
 // Every instantiated kernel (src/kernels/inst/*.cu).
 std::span<const W4a16Kernel> w4a16_kernels();
-// The kernel of tactic t (its split_k is ignored), or nullptr.
+// The kernel of tactic t, or nullptr.
 const W4a16Kernel* find_w4a16_kernel(const Tactic& t);
 
 // Instantiation lists, one per file in src/kernels/inst.

@@ -8,12 +8,12 @@ std::vector<W4a16Kernel> w4a16_swiglu_kernels() {
   return {
       make_w4a16_kernel<w4a16_tactic(64, 8, 4, 4, kEp)>(),
       make_w4a16_kernel<w4a16_tactic(64, 16, 4, 4, kEp)>(),
-      make_w4a16_kernel<w4a16_tactic(64, 32, 4, 4, kEp)>(),
-      make_w4a16_kernel<w4a16_tactic(64, 64, 3, 4, kEp)>(),
       make_w4a16_kernel<w4a16_tactic(128, 8, 4, 4, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(128, 8, 4, 8, kEp)>(),
       make_w4a16_kernel<w4a16_tactic(128, 16, 4, 4, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(128, 16, 4, 8, kEp)>(),
       make_w4a16_kernel<w4a16_tactic(128, 32, 3, 4, kEp)>(),
-      make_w4a16_kernel<w4a16_tactic(128, 64, 3, 4, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(128, 64, 3, 8, kEp)>(),
   };
 }
 

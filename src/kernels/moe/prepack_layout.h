@@ -4,7 +4,9 @@
 // A weight matrix [rows, K] (checkpoint layout: codes [rows][K/2], scales [rows][K/16]) becomes
 // rowtiles = ceil(rows / 16) x kgroups = ceil(K / 256) blocks, row tile major:
 //   weights: 2048 B per (rowtile, kgroup) = [chunk c: 4][lane: 32][word s: 4] x 32 bit
-//   scales:   256 B per (rowtile, kgroup) = [lane: 32][8 B], byte 2c = row g, 2c+1 = row g+8
+//   scales:   256 B per (rowtile, kgroup) = [lane: 32][8 B], byte 2c = row g, 2c+1 = row g+8,
+//             as UE5M3 codes (dequant_nvfp4.cuh); a negative E4M3 scale flips the sign bits of
+//             its block's codes, a zero scale zeroes them, so every prepacked scale is positive
 // Lane l = 4g + t holds, for 64-K chunk c and MMA step s, the 8 values
 //   rows {g, g+8} x k = 256*kgroup + 64c + 16t + 4s + {0,1,2,3}
 // in the word layout of dequant_nvfp4.cuh (V0 V1 = row g k+0,+1; V2 V3 = row g+8 k+0,+1;
@@ -76,7 +78,10 @@ __host__ __device__ inline uint32_t prepack_word(const Nvfp4View* src, int64_t s
     for (int i = 0; i < 4; ++i) {
       const int64_t col = k0 + i;
       if (col >= k) continue;
-      const uint32_t code = view_code(src[sr.matrix], k, sr.row, col);
+      uint32_t code = view_code(src[sr.matrix], k, sr.row, col);
+      const uint8_t scale = src[sr.matrix].scales[sr.row * (k / 16) + col / 16];
+      if ((scale & 0x7F) == 0) code = 0;  // a zero block: exact zeros whatever the code
+      if (scale & 0x80) code ^= 0x8;      // a negative scale moves into the codes' signs
       // V slot: k +0,+1 -> V0,V1 (row g) / V2,V3 (row g+8); k +2,+3 -> V4,V5 / V6,V7.
       const int v = (i < 2 ? 0 : 4) + 2 * half + (i & 1);
       word |= fp4_word_place(code, v);
@@ -94,7 +99,7 @@ __host__ __device__ inline uint8_t prepack_scale(const Nvfp4View* src, int64_t s
   if (block * 16 >= k) return 0;
   const SourceRow sr = prepack_source_row(rowtile * 16 + g + 8 * half, src_rows, interleave);
   if (sr.row < 0) return 0;
-  return src[sr.matrix].scales[sr.row * (k / 16) + block];
+  return e4m3_to_ue5m3(src[sr.matrix].scales[sr.row * (k / 16) + block] & 0x7F);
 }
 
 }  // namespace fp4moe::kernels

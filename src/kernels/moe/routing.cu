@@ -21,6 +21,14 @@ struct Best {
 };
 
 // (v desc, i asc) comparison: a beats b.
+// Let the dependent kernel (FC1, launched with programmatic stream serialization) get its CTAs
+// resident while the routing runs; it waits for our results with griddepcontrol.wait.
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ bool beats(Best a, Best b) { return a.v > b.v || (a.v == b.v && a.i < b.i); }
 
 __device__ __forceinline__ Best warp_best(Best b) {
@@ -173,6 +181,7 @@ __global__ void __launch_bounds__(1024) route_permute_single_cta(const RoutingPa
   __shared__ int counts[kMaxRoutedExperts + 1];
   __shared__ int offsets[kMaxRoutedExperts + 2];
   __shared__ int warp_sums[32];
+  launch_dependents();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
   const int groups = p.experts + (p.shared_expert ? 1 : 0);
   for (int i = tid; i < groups; i += blockDim.x) counts[i] = 0;
@@ -224,6 +233,7 @@ __global__ void __launch_bounds__(256) scan_and_scatter(const RoutingParams p) {
   __shared__ int offsets[kMaxRoutedExperts + 2];
   __shared__ int warp_sums[8];
   __shared__ int counts[kMaxRoutedExperts + 1];
+  launch_dependents();
   const int groups = p.experts + (p.shared_expert ? 1 : 0);
   for (int i = threadIdx.x; i < groups; i += blockDim.x)
     counts[i] = (p.shared_expert && i == p.experts) ? p.tokens : p.counts[i];
