@@ -41,14 +41,14 @@ TEST_P(Prepack, GpuMatchesHostBitForBit) {
     const int st = i & 3, lane = (i >> 2) & 31, c = (i >> 7) & 3;
     const int64_t blk = i >> 9;
     const uint32_t want = kernels::prepack_word(views, s.rows, s.k, s.interleave,
-                                                blk / shape.kgroups(), blk % shape.kgroups(), c, lane, st);
+                                                blk % shape.rowtiles(), blk / shape.rowtiles(), c, lane, st);
     bad += gw[i] != want;
   }
   for (int64_t i = 0; i < static_cast<int64_t>(gs.size()); ++i) {
     const int b = i & 7, lane = (i >> 3) & 31;
     const int64_t blk = i >> 8;
-    bad += gs[i] != kernels::prepack_scale(views, s.rows, s.k, s.interleave, blk / shape.kgroups(),
-                                           blk % shape.kgroups(), lane, b);
+    bad += gs[i] != kernels::prepack_scale(views, s.rows, s.k, s.interleave, blk % shape.rowtiles(),
+                                           blk / shape.rowtiles(), lane, b);
   }
   EXPECT_EQ(bad, 0);
 }

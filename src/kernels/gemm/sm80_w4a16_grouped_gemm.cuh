@@ -231,26 +231,26 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
   static_assert(kThreads % 128 == 0, "weight copies: whole row tiles per pass");
   const int w_within = tid & 127, w_rt0 = tid >> 7;
   const int t_unit = tid & 31, t_n0 = tid >> 5;
-  // Per-unit sources (recomputed when the loader enters a unit): the K group adds a fixed step.
+  // Per-unit sources (recomputed when the loader enters a unit). Weights and scales are K-group
+  // major (prepack_layout.h): the CTA's row tiles at K group kg are one contiguous run, so a
+  // thread's copies sit at compile-time offsets from one base that advances by a fixed stride.
   const uint8_t* w_src = nullptr;  // copy 0's source at K group 0
-  int64_t w_copy_stride = 0;       // bytes between copies i and i + 1
   uint32_t w_valid = 0;            // bit i: copy i's row tile exists
   const uint8_t* s_src = nullptr;
   bool s_valid = false;
   const uint16_t* t_src[kTCopies];  // token row + this thread's 8 elements, at K group 0
   uint32_t t_valid = 0;
+  const int64_t w_kg_stride = static_cast<int64_t>(p.rowtiles) * 2048;
+  const int64_t s_kg_stride = static_cast<int64_t>(p.rowtiles) * 256;
   auto enter_unit = [&](const w4a16::Unit& uu) {
-    const uint8_t* wbase = p.weights + uu.e * expert_wbytes;
     const int grt0 = uu.rb * kRowTiles + w_rt0;
-    w_src = wbase + static_cast<int64_t>(grt0) * KG * 2048 + w_within * 16;
-    w_copy_stride = static_cast<int64_t>(kWStep) * KG * 2048;
+    w_src = p.weights + uu.e * expert_wbytes + static_cast<int64_t>(grt0) * 2048 + w_within * 16;
     w_valid = 0;
 #pragma unroll
     for (int i = 0; i < kWCopies; ++i) w_valid |= (grt0 + i * kWStep < p.rowtiles ? 1u : 0u) << i;
     const int srt = uu.rb * kRowTiles + (tid >> 4);
     s_valid = tid < kRowTiles * 16 && srt < p.rowtiles;
-    s_src = p.scales + uu.e * expert_sbytes + static_cast<int64_t>(s_valid ? srt : 0) * KG * 256 +
-            (tid & 15) * 16;
+    s_src = p.scales + uu.e * expert_sbytes + static_cast<int64_t>(s_valid ? srt : 0) * 256 + (tid & 15) * 16;
     t_valid = 0;
 #pragma unroll
     for (int i = 0; i < kTCopies; ++i) {
@@ -270,15 +270,16 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
       }
       uint8_t* st = smem + slot * Tr::kStageBytes;
       // Weights: kRowTiles x 2048 B, contiguous per row tile; rows past the matrix: zeros.
+      const uint8_t* wk = w_src + kg * w_kg_stride;
 #pragma unroll
       for (int i = 0; i < kWCopies; ++i) {
         const bool v = (w_valid >> i) & 1u;
         ptx::cp_async_16(st + (w_rt0 + i * kWStep) * 2048 + w_within * 16,
-                         v ? w_src + i * w_copy_stride + kg * 2048 : p.weights, v);
+                         v ? wk + i * kWStep * 2048 : p.weights, v);
       }
       // Scales: kRowTiles x 256 B, one 16-byte copy per thread of the first kRowTiles * 16.
       if (tid < kRowTiles * 16)
-        ptx::cp_async_16(st + Tr::kWeightBytes + tid * 16, s_src + kg * 256, s_valid);
+        ptx::cp_async_16(st + Tr::kWeightBytes + tid * 16, s_src + kg * s_kg_stride, s_valid);
       // Tokens: kTokens rows x 32 units of 16 B (8 bf16), swizzled by (token & 7); past the
       // expert's tokens or past K: zeros.
       uint8_t* tok = st + Tr::kWeightBytes + Tr::kScaleBytes;

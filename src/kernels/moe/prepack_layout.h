@@ -2,7 +2,9 @@
 // host reference prepacker, the GPU prepack kernel and (implicitly) the GEMM's loads.
 //
 // A weight matrix [rows, K] (checkpoint layout: codes [rows][K/2], scales [rows][K/16]) becomes
-// rowtiles = ceil(rows / 16) x kgroups = ceil(K / 256) blocks, row tile major:
+// rowtiles = ceil(rows / 16) x kgroups = ceil(K / 256) blocks, K group major (block (rt, kg) at
+// kg * rowtiles + rt), so that one pipeline stage of a CTA - its consecutive row tiles at one K
+// group - is one contiguous run of memory:
 //   weights: 2048 B per (rowtile, kgroup) = [chunk c: 4][lane: 32][word s: 4] x 32 bit
 //   scales:   256 B per (rowtile, kgroup) = [lane: 32][8 B], byte 2c = row g, 2c+1 = row g+8,
 //             as UE5M3 codes (dequant_nvfp4.cuh); a negative E4M3 scale flips the sign bits of

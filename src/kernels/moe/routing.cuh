@@ -42,7 +42,7 @@ struct RoutingParams {
 // Largest supported expert count (one warp holds a token's scores, 32 per lane).
 inline constexpr int kMaxRoutedExperts = 1024;
 // Up to this many tokens one CTA routes and permutes in a single launch.
-inline constexpr int kSingleCtaRoutingTokens = 256;
+inline constexpr int kSingleCtaRoutingTokens = 32;
 
 // Launches the routing and permutation (1 kernel for T <= kSingleCtaRoutingTokens, else a
 // memset and 2 kernels). Checks the launch errors; never synchronizes.

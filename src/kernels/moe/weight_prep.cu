@@ -15,10 +15,10 @@ __global__ void prepack_words(Nvfp4View m0, Nvfp4View m1, int64_t src_rows, int6
   const Nvfp4View src[2] = {m0, m1};
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < words;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    // i = ((rowtile * kgroups + kgroup) * 4 + c) * 128 + lane * 4 + s
+    // i = ((kgroup * rowtiles + rowtile) * 4 + c) * 128 + lane * 4 + s
     const int s = i & 3, lane = (i >> 2) & 31, c = (i >> 7) & 3;
     const int64_t blk = i >> 9;
-    const int64_t kgroup = blk % shape.kgroups(), rowtile = blk / shape.kgroups();
+    const int64_t rowtile = blk % shape.rowtiles(), kgroup = blk / shape.rowtiles();
     out[i] = prepack_word(src, src_rows, k, interleave, rowtile, kgroup, c, lane, s);
   }
 }
@@ -31,7 +31,7 @@ __global__ void prepack_scales(Nvfp4View m0, Nvfp4View m1, int64_t src_rows, int
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int b = i & 7, lane = (i >> 3) & 31;
     const int64_t blk = i >> 8;
-    const int64_t kgroup = blk % shape.kgroups(), rowtile = blk / shape.kgroups();
+    const int64_t rowtile = blk % shape.rowtiles(), kgroup = blk / shape.rowtiles();
     out[i] = prepack_scale(src, src_rows, k, interleave, rowtile, kgroup, lane, b);
   }
 }
