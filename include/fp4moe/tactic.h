@@ -34,7 +34,7 @@ struct Tactic {
   int tile_tokens = 16;  // tokens per CTA (CUTLASS: N)
   int tile_k = 256;      // K elements per pipeline stage
   int stages = 4;        // 0 = "auto" (the family's carve-out rule picks)
-  int warps = 4;
+  int warps = 4;         // 0 = the family's own (CUTLASS profiles)
   int split_k = 1;
   Epilogue epilogue = Epilogue::kNone;
   bool swap_ab = false;  // CUTLASS profile: A and B swapped (tokens on M)

@@ -9,5 +9,6 @@ void register_info(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_run(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_tactics(CLI::App& app);
 
 }  // namespace fp4moe::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   fp4moe::cli::register_quantize(app);
   fp4moe::cli::register_run(app);
   fp4moe::cli::register_bench(app);
+  fp4moe::cli::register_tactics(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

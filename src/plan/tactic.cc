@@ -93,7 +93,7 @@ Tactic parse_tactic(const std::string& text) {
     t.swap_ab = true;
   }
   FP4MOE_CHECK(t.tile_rows > 0 && t.tile_tokens > 0 && t.tile_k > 0 && t.stages >= 0 &&
-                   t.warps > 0 && t.split_k > 0,
+                   t.warps >= 0 && t.split_k > 0,
                "tactic '", text, "': sizes must be positive");
   return t;
 }

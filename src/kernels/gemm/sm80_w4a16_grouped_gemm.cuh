@@ -27,8 +27,9 @@
 //   [s*S + kWeightBytes,  + kRowTiles*256)   block scales:       [rowtile][lane][8 B]
 //   [s*S + kW + kS,       + kTokens*512)     tokens:             [token][256 K bf16], 16-byte
 //                                            units XOR-swizzled by (token & 7) within 128 B
-//   [kStages*S, + 4*(E+1))                   unit prefix per expert (scheduler)
-// Static: warp sums of the prefix scan, epilogue flags.
+//   [kStages*S, ...)                         unit prefix per expert, scan warp sums, stream-K
+//                                            flag, finalize token list (W4a16Traits)
+// No static shared memory.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -81,9 +82,17 @@ struct W4a16Traits {
   static_assert(kStageBytes % 128 == 0, "stages stay 128-byte aligned");
   static_assert(kFrag % 4 == 0, "partials move as float4");
 
-  // Dynamic shared memory for `experts` groups.
+  // Beyond the stages (all in the dynamic allocation; the kernel declares no static shared
+  // memory, so that the resource model can state its exact request):
+  //   scheduler: the unit prefix, 4 * (experts + 1) B, then the scan's warp sums and the
+  //              stream-K "last arrival" flag, 4 * (warps + 1) B;
+  //   finalize epilogue: the tokens a CTA completes and their count, 4 * (tokens + 1) B.
+  static constexpr int kEpilogueScratch = kT.epilogue == Epilogue::kFinalize ? 4 * (kTokens + 1) : 0;
+  static constexpr int prefix_bytes(int experts) { return ((4 * (experts + 1) + 15) / 16) * 16; }
+  static constexpr int kSchedulerScratch = ((4 * (kWarps + 1) + 15) / 16) * 16;
   static constexpr int dynamic_smem_bytes(int experts) {
-    return kStages * kStageBytes + ((4 * (experts + 1) + 127) / 128) * 128;
+    return kStages * kStageBytes + prefix_bytes(experts) + kSchedulerScratch +
+           ((kEpilogueScratch + 15) / 16) * 16;
   }
 };
 
@@ -190,10 +199,10 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
 
   extern __shared__ __align__(128) uint8_t smem[];
   int* prefix = reinterpret_cast<int*>(smem + kStages * Tr::kStageBytes);
-  __shared__ int warp_sums[kT.warps];
-  __shared__ int finished_token[kTokens];  // finalize: tokens this CTA completes ...
-  __shared__ int finished_count;           // ... and how many
-  __shared__ int unit_last;                // stream-K: this CTA completes the unit
+  int* warp_sums = reinterpret_cast<int*>(smem + kStages * Tr::kStageBytes + Tr::prefix_bytes(p.num_experts));
+  int& unit_last = warp_sums[kT.warps];  // stream-K: this CTA completes the unit
+  int* finished_token = warp_sums + Tr::kSchedulerScratch / 4;  // finalize: tokens this CTA completes
+  int& finished_count = finished_token[kTokens];                // ... and how many
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;  // MMA fragment coordinates

@@ -1,0 +1,134 @@
+// fp4moe tactics: which tiles fit which GPU, in bytes, and why.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "fp4moe/error.h"
+#include "fp4moe/hw.h"
+#include "fp4moe/resource_model.h"
+
+namespace fp4moe::cli {
+namespace {
+
+struct TacticsArgs {
+  std::string gpu = "current";
+  std::string family = "all";
+  std::string epilogue = "finalize";
+  std::string dtype = "nvfp4";
+  int experts = 257;
+  bool json = false;
+  bool explain = false;
+};
+
+std::vector<Family> families(const std::string& f) {
+  if (f == "all") return {Family::kW4a16Mma, Family::kCutlassSm120, Family::kCutlassSm100};
+  if (f == "w4a16_mma") return {Family::kW4a16Mma};
+  if (f == "cutlass_sm120") return {Family::kCutlassSm120};
+  if (f == "cutlass_sm100") return {Family::kCutlassSm100};
+  FP4MOE_FAIL("--family '", f, "': expected w4a16_mma, cutlass_sm120, cutlass_sm100 or all");
+}
+
+Epilogue epilogue_of(const std::string& e) {
+  if (e == "finalize") return Epilogue::kFinalize;
+  if (e == "none") return Epilogue::kNone;
+  if (e == "swiglu") return Epilogue::kSwiglu;
+  FP4MOE_FAIL("--epilogue '", e, "': expected finalize, none or swiglu");
+}
+
+nlohmann::json items_json(const std::vector<SmemItem>& items) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& i : items) a.push_back({{"what", i.what}, {"bytes", i.bytes}});
+  return a;
+}
+
+void run_tactics(const TacticsArgs& a) {
+  GpuSpec gpu;
+  try {
+    gpu = resolve_gpu(a.gpu);
+  } catch (const Error& e) {
+    if (a.gpu == "current")
+      FP4MOE_FAIL(e.what(), "; pass --gpu NAME (", "h100, h200, b200, rtx-pro-6000, rtx-5090, gb10)");
+    throw;
+  }
+  const DataType dtype = parse_data_type(a.dtype);
+  Epilogue ep = epilogue_of(a.epilogue);
+  ModelOptions opt;
+  opt.experts = a.experts;
+  nlohmann::json out = nlohmann::json::array();
+  if (!a.json)
+    std::printf("%s (%s, %d SMs): per-block shared memory limit %lld B (opt-in), %lld B per SM; %s, "
+                "epilogue %s\n\n",
+                gpu.name.c_str(), gpu.arch_name().c_str(), gpu.sm_count,
+                static_cast<long long>(gpu.smem_per_block_optin), static_cast<long long>(gpu.smem_per_sm),
+                to_string(dtype), a.epilogue.c_str());
+  for (Family f : families(a.family)) {
+    // Our decode family has no NONE epilogue in the layer; show FC1's SwiGLU beside FINALIZE.
+    std::vector<Epilogue> eps = {ep};
+    if (f == Family::kW4a16Mma && ep == Epilogue::kFinalize) eps = {Epilogue::kSwiglu, Epilogue::kFinalize};
+    if (!a.json) {
+      std::printf("%-56s %8s %6s %8s %8s %8s %8s  %-8s %s\n", "tactic", "B/stage", "stages", "epilogue",
+                  "kernel", "total", "limit", "verdict", "reason");
+    }
+    for (Epilogue e : eps) {
+      for (const Tactic& t : listed_tactics(f, e)) {
+        const ResourceReport r = model_resources(t, gpu, dtype, opt);
+        std::optional<CompiledKernelInfo> live;
+        if (gpu.live) live = query_compiled_kernel(t, a.experts);
+        const char* verdict = !r.supported ? "n/a" : r.fits ? "fits" : "NO FIT";
+        if (a.json) {
+          nlohmann::json j = {{"tactic", format_tactic(t)}, {"gpu", gpu.name}, {"dtype", to_string(dtype)},
+                              {"supported", r.supported}, {"stage_bytes", r.stage_bytes},
+                              {"builder_stage_bytes", r.builder_stage_bytes}, {"stages", r.stages},
+                              {"stages_auto", r.stages_auto}, {"mainloop_bytes", r.mainloop_bytes},
+                              {"epilogue_bytes", r.epilogue_bytes}, {"kernel_bytes", r.kernel_bytes},
+                              {"total_bytes", r.total_bytes}, {"limit_bytes", r.limit_bytes},
+                              {"fits", r.fits}, {"reason", r.reason}, {"ctas_per_sm", r.ctas_per_sm},
+                              {"stage_items", items_json(r.stage_items)}, {"other_items", items_json(r.other_items)}};
+          if (live)
+            j["measured"] = {{"registers", live->registers}, {"static_smem", live->static_smem},
+                             {"dynamic_smem", live->dynamic_smem}, {"ctas_per_sm", live->ctas_per_sm}};
+          out.push_back(j);
+          continue;
+        }
+        std::printf("%-56s %8lld %4d%s %8lld %8lld %8lld %8lld  %-8s %s\n", format_tactic(t).c_str(),
+                    static_cast<long long>(r.stage_bytes), r.stages, r.stages_auto ? "a" : " ",
+                    static_cast<long long>(r.epilogue_bytes), static_cast<long long>(r.kernel_bytes),
+                    static_cast<long long>(r.total_bytes), static_cast<long long>(r.limit_bytes), verdict,
+                    r.reason.c_str());
+        if (live)
+          std::printf("%-56s measured: %d registers, %lld B static + %lld B dynamic shared memory, %d CTAs/SM\n",
+                      "", live->registers, static_cast<long long>(live->static_smem),
+                      static_cast<long long>(live->dynamic_smem), live->ctas_per_sm);
+        if (a.explain) {
+          for (const auto& i : r.stage_items)
+            std::printf("%-56s   per stage  %8lld  %s\n", "", static_cast<long long>(i.bytes), i.what.c_str());
+          for (const auto& i : r.other_items)
+            std::printf("%-56s              %8lld  %s\n", "", static_cast<long long>(i.bytes), i.what.c_str());
+        }
+      }
+    }
+    if (!a.json) std::printf("\n");
+  }
+  if (a.json) std::printf("%s\n", out.dump(2).c_str());
+  else
+    std::printf("stages 'a': chosen by the family's carve-out rule. cutlass_* rows model CUTLASS's block-scaled "
+                "grouped GEMM as TensorRT-LLM / FlashInfer build it (M x N x K in elements; their tile names give "
+                "K in bytes). --explain prints the arithmetic.\n");
+}
+
+}  // namespace
+
+void register_tactics(CLI::App& app) {
+  auto a = std::make_shared<TacticsArgs>();
+  auto* cmd = app.add_subcommand("tactics", "Shared-memory model of each tactic on a GPU: fits or not, and why");
+  cmd->add_option("--gpu", a->gpu, "GPU: a table name (h100, h200, b200, rtx-pro-6000, rtx-5090, gb10) or current[:N]");
+  cmd->add_option("--family", a->family, "w4a16_mma, cutlass_sm120, cutlass_sm100, or all");
+  cmd->add_option("--epilogue", a->epilogue, "finalize, none or swiglu");
+  cmd->add_option("--dtype", a->dtype, "Operand type: nvfp4, mxfp4, bf16")->check(CLI::IsMember({"nvfp4", "mxfp4", "bf16"}));
+  cmd->add_option("--experts", a->experts, "Groups of the grouped GEMM (w4a16_mma scheduler state)")->check(CLI::Range(1, 1025));
+  cmd->add_flag("--json", a->json, "JSON instead of the table");
+  cmd->add_flag("--explain", a->explain, "Print every term of the arithmetic");
+  cmd->callback([a] { run_tactics(*a); });
+}
+
+}  // namespace fp4moe::cli

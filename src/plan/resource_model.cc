@@ -1,0 +1,154 @@
+// Resource model, profile (a): our own kernel families; dispatch to profile (b) for CUTLASS.
+#include "fp4moe/resource_model.h"
+
+#include <algorithm>
+#include <sstream>
+#include <tuple>
+
+#include "fp4moe/error.h"
+#include "plan/cutlass_profile.h"
+
+namespace fp4moe {
+namespace {
+
+int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+std::string bytes(int64_t b) { return std::to_string(b) + " B"; }
+
+// w4a16_mma (src/kernels/gemm/sm80_w4a16_grouped_gemm.cuh, W4a16Traits): every byte of the
+// kernel's request, in the kernel's order.
+ResourceReport model_w4a16(const Tactic& t, const GpuSpec& gpu, DataType dtype, const ModelOptions& o) {
+  ResourceReport r;
+  r.tactic = t;
+  r.dtype = dtype;
+  r.gpu = gpu.name;
+  r.sm = gpu.sm;
+  r.limit_bytes = gpu.smem_per_block_optin;
+  r.threads = t.warps * 32;
+  if (dtype != DataType::kNvfp4) {
+    r.supported = false;
+    r.reason = std::string("w4a16_mma streams NVFP4 weights only (") + to_string(dtype) + " is not implemented)";
+    return r;
+  }
+  if (gpu.sm < 80) {
+    r.supported = false;
+    r.reason = "w4a16_mma needs mma.sync bf16 (sm_80+), " + gpu.arch_name() + " has none";
+    return r;
+  }
+  const int64_t rows = t.tile_rows, tokens = t.tile_tokens, k = t.tile_k;
+  r.stage_items = {
+      {"weights: " + std::to_string(rows) + " rows x " + std::to_string(k) + " K x 1/2 B (e2m1)", rows * k / 2},
+      {"block scales: " + std::to_string(rows) + " rows x " + std::to_string(k / 16) + " (UE5M3, 1 B)", rows * k / 16},
+      {"tokens: " + std::to_string(tokens) + " x " + std::to_string(k) + " K x 2 B (bf16)", tokens * k * 2},
+  };
+  for (const auto& i : r.stage_items) r.stage_bytes += i.bytes;
+  r.builder_stage_bytes = r.stage_bytes;
+  const int64_t prefix = round_up(4 * (o.experts + 1), 16);
+  const int64_t sched = round_up(4 * (t.warps + 1), 16);
+  const int64_t epi = t.epilogue == Epilogue::kFinalize ? round_up(4 * (tokens + 1), 16) : 0;
+  r.kernel_bytes = prefix + sched;
+  r.epilogue_bytes = epi;
+  r.other_items = {
+      {"scheduler: unit prefix, 4 B x (" + std::to_string(o.experts) + " groups + 1), 16-B aligned", prefix},
+      {"scheduler: scan warp sums + stream-K flag, 4 B x (" + std::to_string(t.warps) + " + 1)", sched},
+  };
+  if (epi) r.other_items.push_back({"finalize: completed-token list, 4 B x (" + std::to_string(tokens) + " + 1)", epi});
+  if (t.stages == 0) {
+    // Auto: as many stages as fit (at most 8) beside the fixed parts.
+    r.stages_auto = true;
+    r.stages = static_cast<int>(std::min<int64_t>(8, (r.limit_bytes - prefix - sched - epi) / r.stage_bytes));
+  } else {
+    r.stages = t.stages;
+  }
+  r.mainloop_bytes = r.stages * r.stage_bytes;
+  r.total_bytes = r.mainloop_bytes + r.kernel_bytes + r.epilogue_bytes;
+  r.fits = r.stages >= 2 && r.total_bytes <= r.limit_bytes;
+  std::ostringstream why;
+  if (r.stages < 2) {
+    why << "a pipeline needs 2 stages; " << r.stages << " of " << r.stage_bytes << " B fit";
+  } else {
+    why << r.stages << " x " << r.stage_bytes << " (stage) + " << r.kernel_bytes << " (scheduler) + "
+        << r.epilogue_bytes << " (epilogue) = " << r.total_bytes << (r.fits ? " <= " : " > ")
+        << r.limit_bytes << (r.fits ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B");
+  }
+  r.reason = why.str();
+  const int64_t per_cta = r.total_bytes + gpu.smem_reserved_per_block;
+  r.ctas_per_sm = r.fits ? static_cast<int>(std::min<int64_t>(gpu.smem_per_sm / per_cta,
+                                                              gpu.max_threads_per_sm / r.threads))
+                         : 0;
+  return r;
+}
+
+}  // namespace
+
+const char* to_string(DataType d) {
+  switch (d) {
+    case DataType::kNvfp4: return "nvfp4";
+    case DataType::kMxfp4: return "mxfp4";
+    case DataType::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+DataType parse_data_type(const std::string& s) {
+  if (s == "nvfp4") return DataType::kNvfp4;
+  if (s == "mxfp4") return DataType::kMxfp4;
+  if (s == "bf16") return DataType::kBf16;
+  FP4MOE_FAIL("unknown data type '", s, "' (nvfp4, mxfp4, bf16)");
+}
+
+ResourceReport model_resources(const Tactic& t, const GpuSpec& gpu, DataType dtype, const ModelOptions& opt) {
+  FP4MOE_CHECK(gpu.smem_per_block_optin > 0, "resource model: GPU '", gpu.name,
+               "' has no shared-memory limit");
+  switch (t.family) {
+    case Family::kW4a16Mma: return model_w4a16(t, gpu, dtype, opt);
+    case Family::kCutlassSm120: return model_cutlass_sm120(t, gpu, dtype, opt);
+    case Family::kCutlassSm100: return model_cutlass_sm100(t, gpu, dtype, opt);
+    case Family::kW4a16Wgmma: {
+      ResourceReport r;
+      r.tactic = t;
+      r.dtype = dtype;
+      r.gpu = gpu.name;
+      r.sm = gpu.sm;
+      r.limit_bytes = gpu.smem_per_block_optin;
+      r.supported = false;
+      r.reason = "w4a16_wgmma is not implemented in this build";
+      return r;
+    }
+  }
+  FP4MOE_FAIL("resource model: unknown family");
+}
+
+std::vector<Tactic> compiled_w4a16_tactics() {
+  std::vector<Tactic> v;
+  for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize}) {
+    const int list[][4] = {{64, 8, 4, 4},   {64, 16, 4, 4},  {128, 8, 4, 4},  {128, 8, 4, 8},
+                           {128, 16, 4, 4}, {128, 16, 4, 8}, {128, 32, 3, 4}, {128, 64, 3, 8}};
+    for (const auto& c : list) v.push_back(Tactic{Family::kW4a16Mma, c[0], c[1], 256, c[2], c[3], 1, ep, false});
+  }
+  v.push_back(Tactic{Family::kW4a16Mma, 64, 16, 256, 4, 4, 1, Epilogue::kNone, false});
+  v.push_back(Tactic{Family::kW4a16Mma, 128, 32, 256, 3, 4, 1, Epilogue::kNone, false});
+  return v;
+}
+
+std::vector<Tactic> listed_tactics(Family f, Epilogue e) {
+  std::vector<Tactic> v;
+  if (f == Family::kW4a16Mma) {
+    for (const Tactic& t : compiled_w4a16_tactics())
+      if (t.epilogue == e) v.push_back(t);
+    return v;
+  }
+  std::vector<std::tuple<int, int, int>> tiles;
+  if (f == Family::kCutlassSm120) {
+    tiles = {{128, 32, 128}, {128, 32, 256}, {128, 64, 128}, {128, 64, 256}, {128, 128, 128},
+             {128, 128, 256}, {128, 256, 128}, {256, 128, 128}};
+  } else if (f == Family::kCutlassSm100) {
+    tiles = {{128, 64, 256}, {128, 128, 256}, {128, 256, 256}, {128, 128, 128}, {128, 256, 128},
+             {256, 128, 128}};
+  }
+  for (auto [m, n, k] : tiles)
+    for (bool swap : {false, true}) v.push_back(Tactic{f, m, n, k, 0, 0, 1, e, swap});
+  return v;
+}
+
+}  // namespace fp4moe

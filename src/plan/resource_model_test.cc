@@ -1,0 +1,120 @@
+// Resource model: the byte arithmetic of several tactics per architecture, pinned to the
+// values sizeof() of the real CUTLASS types gives (tests/cutlass_crosscheck re-derives them
+// from the headers when enabled), and the acceptance cases of the motivating deployment.
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "fp4moe/error.h"
+#include "fp4moe/hw.h"
+#include "fp4moe/resource_model.h"
+
+namespace fp4moe {
+namespace {
+
+Tactic cutlass(Family f, int m, int n, int k, Epilogue e, bool swap) {
+  return Tactic{f, m, n, k, 0, 0, 1, e, swap};
+}
+
+struct Pinned {
+  int m, n, k;
+  Epilogue e;
+  bool swap;
+  int stages;
+  int64_t total;
+};
+
+TEST(ResourceModel, CutlassSm120MatchesTheRealSharedStorage) {
+  const GpuSpec pro = *find_known_gpu("rtx-pro-6000");
+  // sizeof(GemmKernel::SharedStorage) of the TRT-LLM recipe, CUTLASS v4.5, nvcc 13.0, sm_120a.
+  const Pinned cases[] = {
+      {128, 128, 128, Epilogue::kNone, false, 4, 89088},     {128, 128, 128, Epilogue::kFinalize, false, 4, 93184},
+      {128, 128, 128, Epilogue::kFinalize, true, 4, 93184},   {128, 128, 256, Epilogue::kFinalize, false, 2, 93184},
+      {128, 256, 128, Epilogue::kNone, false, 3, 98304},     {128, 256, 128, Epilogue::kFinalize, false, 3, 102400},
+      {128, 256, 128, Epilogue::kFinalize, true, 2, 74752},   {256, 128, 128, Epilogue::kFinalize, false, 3, 102400},
+      {256, 128, 128, Epilogue::kNone, true, 3, 98304},      {128, 64, 128, Epilogue::kNone, false, 6, 101376},
+      {128, 64, 256, Epilogue::kFinalize, false, 2, 76800},   {128, 32, 128, Epilogue::kFinalize, true, 6, 93184},
+  };
+  for (const Pinned& c : cases) {
+    const ResourceReport r =
+        model_resources(cutlass(Family::kCutlassSm120, c.m, c.n, c.k, c.e, c.swap), pro, DataType::kNvfp4);
+    EXPECT_EQ(r.stages, c.stages) << format_tactic(r.tactic);
+    EXPECT_EQ(r.total_bytes, c.total) << format_tactic(r.tactic);
+    EXPECT_EQ(r.fits, c.total <= 101376) << format_tactic(r.tactic);
+  }
+}
+
+TEST(ResourceModel, CutlassSm100MatchesTheRealSharedStorage) {
+  const GpuSpec b200 = *find_known_gpu("b200");
+  const Pinned cases[] = {
+      {128, 64, 256, Epilogue::kFinalize, false, 7, 222720}, {128, 128, 256, Epilogue::kNone, false, 5, 206336},
+      {128, 128, 256, Epilogue::kFinalize, true, 5, 206848}, {128, 256, 256, Epilogue::kFinalize, false, 3, 204800},
+      {256, 128, 256, Epilogue::kFinalize, false, 7, 222720}, {128, 128, 128, Epilogue::kNone, false, 11, 224768},
+      {256, 128, 128, Epilogue::kFinalize, false, 14, 222720}, {256, 256, 256, Epilogue::kFinalize, false, 4, 194560},
+  };
+  for (const Pinned& c : cases) {
+    const ResourceReport r =
+        model_resources(cutlass(Family::kCutlassSm100, c.m, c.n, c.k, c.e, c.swap), b200, DataType::kNvfp4);
+    EXPECT_EQ(r.stages, c.stages) << format_tactic(r.tactic);
+    EXPECT_EQ(r.total_bytes, c.total) << format_tactic(r.tactic);
+    EXPECT_TRUE(r.fits) << r.reason;
+  }
+}
+
+TEST(ResourceModel, MotivatingDeploymentExplained) {
+  // RTX PRO 6000, NVFP4 x NVFP4, bf16 out, FINALIZE: the two small tiles fit, the two large do
+  // not - by the same arithmetic, no tile special-cased.
+  const GpuSpec pro = *find_known_gpu("rtx-pro-6000");
+  auto fin = [&](int m, int n, int k) {
+    return model_resources(cutlass(Family::kCutlassSm120, m, n, k, Epilogue::kFinalize, false), pro, DataType::kNvfp4);
+  };
+  EXPECT_TRUE(fin(128, 128, 128).fits);
+  EXPECT_TRUE(fin(128, 128, 256).fits);
+  const ResourceReport wide = fin(128, 256, 128), tall = fin(256, 128, 128);
+  EXPECT_FALSE(wide.fits);
+  EXPECT_FALSE(tall.fits);
+  EXPECT_EQ(wide.total_bytes - wide.limit_bytes, 1024);
+  EXPECT_NE(wide.reason.find("over by 1024 B"), std::string::npos) << wide.reason;
+  // The builder planned 3 stages with 208 B to spare: 100944 - 17408 - 3 * 27776.
+  EXPECT_EQ(wide.builder_stage_bytes, 27776);
+  EXPECT_EQ(wide.stages, 3);
+  // The same four fit with H200 and B200 capacities.
+  for (const char* g : {"h200", "b200"}) {
+    const GpuSpec gpu = *find_known_gpu(g);
+    const Family f = gpu.sm == 100 ? Family::kCutlassSm100 : Family::kCutlassSm120;
+    for (auto [m, n, k] : {std::tuple{128, 128, 128}, {128, 128, 256}, {128, 256, 128}, {256, 128, 128}}) {
+      const ResourceReport r = model_resources(cutlass(f, m, n, k, Epilogue::kFinalize, false), gpu, DataType::kNvfp4);
+      EXPECT_TRUE(r.fits) << g << " " << format_tactic(r.tactic) << ": " << r.reason;
+    }
+  }
+  // With the NONE epilogue all four fit on the RTX PRO 6000 too.
+  for (auto [m, n, k] : {std::tuple{128, 128, 128}, {128, 128, 256}, {128, 256, 128}, {256, 128, 128}})
+    EXPECT_TRUE(model_resources(cutlass(Family::kCutlassSm120, m, n, k, Epilogue::kNone, false), pro, DataType::kNvfp4).fits);
+}
+
+TEST(ResourceModel, OurDecodeFamilyByteArithmetic) {
+  const GpuSpec h200 = *find_known_gpu("h200");
+  // m128n8, 4 stages, 8 warps, finalize, 257 groups: stage 16384 + 2048 + 4096 = 22528.
+  const Tactic t{Family::kW4a16Mma, 128, 8, 256, 4, 8, 1, Epilogue::kFinalize, false};
+  const ResourceReport r = model_resources(t, h200, DataType::kNvfp4);
+  EXPECT_EQ(r.stage_bytes, 22528);
+  EXPECT_EQ(r.kernel_bytes, 1040 + 48);  // prefix 4 * 258 -> 1040, 4 * 9 -> 48
+  EXPECT_EQ(r.epilogue_bytes, 48);       // 4 * 9 -> 48
+  EXPECT_EQ(r.total_bytes, 4 * 22528 + 1088 + 48);
+  EXPECT_TRUE(r.fits);
+  EXPECT_EQ(r.ctas_per_sm, 2);  // 233472 / (91248 + 1024)
+  // The same tile on sm_120 (99 KB per block) fits once; 64 tokens x 3 stages does not.
+  const GpuSpec pro = *find_known_gpu("rtx-pro-6000");
+  EXPECT_TRUE(model_resources(t, pro, DataType::kNvfp4).fits);
+  const Tactic big{Family::kW4a16Mma, 128, 64, 256, 3, 8, 1, Epilogue::kFinalize, false};
+  const ResourceReport rb = model_resources(big, pro, DataType::kNvfp4);
+  EXPECT_FALSE(rb.fits);
+  EXPECT_EQ(rb.stage_bytes, 16384 + 2048 + 32768);
+  // Other data types are not implemented by the family: reported, not modelled.
+  EXPECT_FALSE(model_resources(t, h200, DataType::kMxfp4).supported);
+  // Every compiled decode tactic fits the H200.
+  for (const Tactic& c : compiled_w4a16_tactics()) EXPECT_TRUE(model_resources(c, h200, DataType::kNvfp4).fits);
+}
+
+}  // namespace
+}  // namespace fp4moe

@@ -1,0 +1,30 @@
+// query_compiled_kernel: the CUDA runtime's view of our compiled kernels.
+#include <cuda_runtime.h>
+
+#include "fp4moe/hw.h"
+#include "fp4moe/resource_model.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/gemm/w4a16_registry.h"
+
+namespace fp4moe {
+
+std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, int experts) {
+  if (t.family != Family::kW4a16Mma) return std::nullopt;
+  const kernels::W4a16Kernel* k = kernels::find_w4a16_kernel(t);
+  if (!k || query_cuda_environment().devices.empty()) return std::nullopt;
+  cudaFuncAttributes attr{};
+  FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, k->function));
+  CompiledKernelInfo info;
+  info.registers = attr.numRegs;
+  info.static_smem = static_cast<int64_t>(attr.sharedSizeBytes);
+  info.dynamic_smem = k->dynamic_smem_bytes(experts);
+  info.max_threads = attr.maxThreadsPerBlock;
+  if (attr.maxDynamicSharedSizeBytes < info.dynamic_smem)
+    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(k->function, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(info.dynamic_smem)));
+  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&info.ctas_per_sm, k->function,
+                                                                  t.warps * 32, info.dynamic_smem));
+  return info;
+}
+
+}  // namespace fp4moe
