@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "fp4moe/moe.h"
 #include "fp4moe/tactic.h"
@@ -58,5 +59,18 @@ class GpuMoeLayer {
   // Bytes of weights read by a forward whose routing activates `active_experts` experts.
   virtual double weight_bytes(int active_experts) const = 0;
 };
+
+// A host-side convenience around forward(): uploads hidden (float values, rounded to bf16) and
+// logits, runs the layer once for the output and the routing, then times `iters` CUDA-graph
+// replays (median, microseconds). For tools and tests; a serving loop calls forward() itself.
+struct GpuLayerRun {
+  std::vector<uint16_t> out;  // [T, H] bf16 bits
+  Routing routing;            // what the GPU routed
+  LayerPlan plan;
+  double median_us = 0;       // 0 when iters == 0
+};
+GpuLayerRun run_gpu_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
+                          const std::vector<float>& logits, int64_t tokens, int iters,
+                          const LayerPlan* plan = nullptr);
 
 }  // namespace fp4moe

@@ -1,5 +1,7 @@
-// fp4moe run: one MoE layer on seeded random NVFP4 weights (full preset shapes), computed by
-// the CPU reference; prints the time and an output checksum.
+// fp4moe run: one MoE layer on seeded random NVFP4 weights (full preset shapes), on the GPU when
+// there is one (else the float64 CPU reference); prints the time and an output checksum, and
+// with --compare-reference the GPU output's error against the reference.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,7 +11,12 @@
 #include "common/parallel.h"
 #include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
+#include "fp4moe/hw.h"
+#include "fp4moe/layer.h"
 #include "fp4moe/synthetic.h"
+#include "io/checkpoint.h"
+#include "io/modelopt.h"
+#include "io/npy.h"
 
 namespace fp4moe::cli {
 namespace {
@@ -20,83 +27,184 @@ struct RunArgs {
   uint64_t seed = 1;
   int threads = 0;
   double skew = 0;
+  std::string device = "auto";
+  bool compare = false;
+  int iters = 20;
+  std::string checkpoint, input, output, output_dtype = "f32";
+  int layer = -1;
 };
 
+int count_distinct(const std::vector<int32_t>& ids) {
+  std::vector<int32_t> v = ids;
+  std::sort(v.begin(), v.end());
+  return static_cast<int>(std::unique(v.begin(), v.end()) - v.begin());
+}
+
 // FNV-1a over the bf16 bits of the output: equal outputs give equal checksums.
-uint64_t bf16_checksum(const std::vector<double>& v) {
+uint64_t bf16_checksum(const std::vector<uint16_t>& bits) {
   uint64_t h = 0xcbf29ce484222325ull;
-  for (double d : v) {
-    const uint16_t b = Bf16::from_float(static_cast<float>(d)).bits;
+  for (uint16_t b : bits) {
     h = (h ^ (b & 0xFF)) * 0x100000001b3ull;
     h = (h ^ (b >> 8)) * 0x100000001b3ull;
   }
   return h;
 }
 
+std::vector<uint16_t> to_bf16(const std::vector<double>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = Bf16::from_float(static_cast<float>(v[i])).bits;
+  return b;
+}
+
+void print_output(const std::vector<uint16_t>& bits, int64_t tokens, int64_t hidden) {
+  double sum_abs = 0, max_abs = 0;
+  int64_t non_finite = 0;
+  for (uint16_t b : bits) {
+    const double v = Bf16::from_bits(b).to_float();
+    if (!std::isfinite(v)) { ++non_finite; continue; }
+    sum_abs += std::fabs(v);
+    max_abs = std::max(max_abs, std::fabs(v));
+  }
+  std::printf("output [%lld, %lld] bf16: checksum %016llx  mean |out| %.6f  max |out| %.6f%s\n",
+              static_cast<long long>(tokens), static_cast<long long>(hidden),
+              static_cast<unsigned long long>(bf16_checksum(bits)), sum_abs / bits.size(), max_abs,
+              non_finite ? "  NON-FINITE VALUES" : "");
+  FP4MOE_CHECK(non_finite == 0, non_finite, " output values are not finite");
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void run_layer(const RunArgs& a) {
-  const MoeConfig cfg = a.shape.resolve();
-  FP4MOE_CHECK(a.tokens >= 1, "--tokens must be >= 1, got ", a.tokens);
-  const int threads = a.threads > 0 ? a.threads : default_thread_count();
+void print_config(const MoeConfig& cfg) {
   std::printf("layer %s: H %lld, I %lld, E %d, top-%d %s (n_group %d, topk_group %d, scale %.2f)"
               ", shared expert I %lld\n",
-              cfg.name.c_str(), static_cast<long long>(cfg.hidden),
-              static_cast<long long>(cfg.intermediate), cfg.num_experts, cfg.routing.top_k,
-              to_string(cfg.routing.mode), cfg.routing.n_group, cfg.routing.topk_group,
-              cfg.routing.routed_scaling_factor, static_cast<long long>(cfg.shared_intermediate));
+              cfg.name.c_str(), static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.intermediate),
+              cfg.num_experts, cfg.routing.top_k, to_string(cfg.routing.mode), cfg.routing.n_group,
+              cfg.routing.topk_group, cfg.routing.routed_scaling_factor,
+              static_cast<long long>(cfg.shared_intermediate));
+}
 
-  // The router is part of the layer: make it first, route, then materialise only the experts
-  // that received tokens (a full GLM-5 layer holds 5.4 GB of NVFP4 weights).
-  SyntheticOptions so;
-  so.seed = a.seed;
-  so.threads = threads;
-  so.materialize.assign(cfg.num_experts, false);
-  MoeWeights w = make_synthetic_moe(cfg, so);
-  const std::vector<float> hidden = make_hidden_states(a.tokens, cfg.hidden, a.seed);
-  std::vector<float> logits = router_logits_reference(hidden, a.tokens, w);
+double relative_error(const std::vector<uint16_t>& got, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = Bf16::from_bits(got[i]).to_float() - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+void run_layer(const RunArgs& a) {
+  const int threads = a.threads > 0 ? a.threads : default_thread_count();
+  const CudaEnvironment env = query_cuda_environment();
+  const bool use_gpu = a.device == "gpu" || (a.device == "auto" && !env.devices.empty());
+  FP4MOE_CHECK(!(a.device == "gpu" && env.devices.empty()), "--device gpu: no usable GPU (", env.error, ")");
+  FP4MOE_CHECK(!a.compare || use_gpu, "--compare-reference compares the GPU output; there is no GPU run here");
+
+  // ---- the layer: a checkpoint's, or seeded random weights of a preset shape ---------------
+  MoeWeights w;
+  const bool synthetic = a.checkpoint.empty();
+  if (!synthetic) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Checkpoint ckpt = Checkpoint::open(a.checkpoint);
+    const ModelInfo info = read_model_info(ckpt);
+    w = load_moe_layer(ckpt, info, a.layer);
+    std::printf("checkpoint %s (%s, %s): layer %d of %d loaded in %.2f s\n", a.checkpoint.c_str(),
+                info.model_type.c_str(), info.quant_algo.c_str(), a.layer, info.num_layers, seconds_since(t0));
+  } else {
+    SyntheticOptions so;
+    so.seed = a.seed;
+    so.threads = threads;
+    so.materialize.assign(a.shape.resolve().num_experts, false);  // router first; experts below
+    w = make_synthetic_moe(a.shape.resolve(), so);
+  }
+  const MoeConfig& cfg = w.config;
+  print_config(cfg);
+
+  // ---- input: --input FILE.npy [T, H], or seeded N(0,1) bf16 values ------------------------
+  int64_t tokens = a.tokens;
+  std::vector<float> hidden;
+  if (!a.input.empty()) {
+    const NpyArray in = read_npy(a.input);
+    FP4MOE_CHECK(in.shape.size() == 2 && in.shape[1] == cfg.hidden, a.input, ": expected shape [T, ", cfg.hidden,
+                 "], got ", in.shape.size(), " dimensions");
+    tokens = in.shape[0];
+    hidden = npy_to_float(in, a.input);
+    for (float& v : hidden) {
+      FP4MOE_CHECK(std::isfinite(v), a.input, ": non-finite input value");
+      v = round_to_bf16(v);  // the layer's input is bf16
+    }
+  } else {
+    FP4MOE_CHECK(tokens >= 1, "--tokens must be >= 1, got ", tokens);
+    hidden = make_hidden_states(tokens, cfg.hidden, a.seed);
+  }
+  FP4MOE_CHECK(tokens >= 1, "the input holds no tokens");
+  std::vector<float> logits = router_logits_reference(hidden, tokens, w);
   if (a.skew > 0) {
     const std::vector<float> bias = make_router_logits(1, cfg.num_experts, a.seed, a.skew);
-    for (int64_t t = 0; t < a.tokens; ++t)
+    for (int64_t t = 0; t < tokens; ++t)
       for (int e = 0; e < cfg.num_experts; ++e) logits[t * cfg.num_experts + e] += bias[e];
   }
-  const Routing routing =
-      route_reference(cfg.routing, logits, a.tokens, cfg.num_experts, w.correction_bias);
-  std::vector<bool> active(cfg.num_experts, false);
-  int n_active = 0;
-  for (int32_t e : routing.ids) {
-    if (!active[e]) ++n_active;
-    active[e] = true;
+  const Routing routing = route_reference(cfg.routing, logits, tokens, cfg.num_experts, w.correction_bias);
+  const double expert_bytes = 3.0 * cfg.hidden * cfg.intermediate * (0.5 + 1.0 / kNvfp4BlockSize);
+  if (synthetic) {
+    // CPU: only the routed experts (a GLM-5 layer holds 5.4 GB); GPU: all of them.
+    SyntheticOptions so;
+    so.seed = a.seed;
+    so.threads = threads;
+    so.router = false;
+    so.materialize.assign(cfg.num_experts, use_gpu);
+    for (int32_t e : routing.ids) so.materialize[e] = true;
+    int n = 0;
+    for (bool m : so.materialize) n += m;
+    const auto t0 = std::chrono::steady_clock::now();
+    MoeWeights ex = make_synthetic_moe(cfg, so);
+    w.experts = std::move(ex.experts);
+    w.shared = std::move(ex.shared);
+    std::printf("weights: seeded random NVFP4 (seed %llu), %d of %d experts materialised (%.2f GB) in %.2f s\n",
+                static_cast<unsigned long long>(a.seed), n, cfg.num_experts, n * expert_bytes / 1e9,
+                seconds_since(t0));
   }
-  so.materialize = active;
-  so.router = false;
-  const auto t_gen = std::chrono::steady_clock::now();
-  MoeWeights experts = make_synthetic_moe(cfg, so);
-  w.experts = std::move(experts.experts);
-  w.shared = std::move(experts.shared);
-  const double expert_bytes =
-      (3.0 * cfg.hidden * cfg.intermediate) * (0.5 + 1.0 / kNvfp4BlockSize);
-  std::printf("tokens %lld: %lld (token, expert) pairs on %d of %d experts; weights: seeded random"
-              " NVFP4 (seed %llu), %.2f GB materialised in %.2f s\n",
-              static_cast<long long>(a.tokens), static_cast<long long>(a.tokens * cfg.routing.top_k),
-              n_active, cfg.num_experts, static_cast<unsigned long long>(a.seed),
-              n_active * expert_bytes / 1e9, seconds_since(t_gen));
+  std::printf("tokens %lld: %lld (token, expert) pairs on %d of %d experts\n", static_cast<long long>(tokens),
+              static_cast<long long>(tokens * cfg.routing.top_k), count_distinct(routing.ids), cfg.num_experts);
 
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<double> out =
-      moe_reference(w, hidden, a.tokens, routing, ReferenceOptions{threads});
-  const double secs = seconds_since(t0);
-  double sum_abs = 0, max_abs = 0;
-  for (double v : out) {
-    sum_abs += std::fabs(v);
-    max_abs = std::max(max_abs, std::fabs(v));
+  std::vector<uint16_t> out;
+  if (use_gpu) {
+#ifdef FP4MOE_WITH_CUDA
+    const auto t_up = std::chrono::steady_clock::now();
+    std::unique_ptr<GpuMoeLayer> layer = GpuMoeLayer::create(w);
+    std::printf("uploaded and prepacked on %s in %.2f s\n", env.devices[0].name.c_str(), seconds_since(t_up));
+    const GpuLayerRun run = run_gpu_layer(*layer, hidden, logits, tokens, a.iters);
+    std::printf("gpu: %.1f us per layer (median of %d CUDA-graph replays, warm L2); tactics %s / %s\n",
+                run.median_us, a.iters, format_tactic(run.plan.fc1).c_str(), format_tactic(run.plan.fc2).c_str());
+    print_output(run.out, tokens, cfg.hidden);
+    out = run.out;
+    if (a.compare) {
+      const std::vector<double> ref = moe_reference(w, hidden, tokens, run.routing, ReferenceOptions{threads});
+      const double rel = relative_error(run.out, ref);
+      std::printf("vs float64 CPU reference (same routing): relative Frobenius error %.3e (limit 1e-2)\n", rel);
+      FP4MOE_CHECK(rel < 1e-2, "GPU output differs from the reference by ", rel, " (relative Frobenius)");
+    }
+#endif
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<double> ref = moe_reference(w, hidden, tokens, routing, ReferenceOptions{threads});
+    std::printf("cpu reference (float64, %d threads): %.3f s\n", threads, seconds_since(t0));
+    out = to_bf16(ref);
+    print_output(out, tokens, cfg.hidden);
   }
-  std::printf("cpu reference (float64, %d threads): %.3f s\n", threads, secs);
-  std::printf("output [%lld, %lld]: checksum %016llx  mean |out| %.6f  max |out| %.6f\n",
-              static_cast<long long>(a.tokens), static_cast<long long>(cfg.hidden),
-              static_cast<unsigned long long>(bf16_checksum(out)), sum_abs / out.size(), max_abs);
+  if (!a.output.empty()) {
+    if (a.output_dtype == "bf16") {
+      write_npy(a.output, npy_from_bf16(out, {tokens, cfg.hidden}));
+    } else {
+      std::vector<float> f(out.size());
+      for (size_t i = 0; i < out.size(); ++i) f[i] = Bf16::from_bits(out[i]).to_float();
+      write_npy(a.output, npy_from_float(f, {tokens, cfg.hidden}));
+    }
+    std::printf("wrote %s (%s [%lld, %lld])\n", a.output.c_str(), a.output_dtype.c_str(),
+                static_cast<long long>(tokens), static_cast<long long>(cfg.hidden));
+  }
 }
 
 }  // namespace
@@ -110,7 +218,21 @@ void register_run(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "CPU threads (0: all)");
   cmd->add_option("--skew", args->skew, "Routing skew: >0 favours a few experts")
       ->check(CLI::NonNegativeNumber);
-  cmd->callback([args] { run_layer(*args); });
+  cmd->add_option("--device", args->device, "auto (GPU if present), gpu, or cpu (the float64 reference)")
+      ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
+  cmd->add_flag("--compare-reference", args->compare, "Check the GPU output against the CPU reference");
+  cmd->add_option("--checkpoint", args->checkpoint, "A ModelOpt NVFP4 checkpoint directory (instead of --preset)");
+  cmd->add_option("--layer", args->layer, "With --checkpoint: the MoE layer to run");
+  cmd->add_option("--input", args->input, "Hidden states [T, H] (.npy: f32, f16, f64 or bf16 as <V2); sets T");
+  cmd->add_option("--output", args->output, "Write the output [T, H] (.npy)");
+  cmd->add_option("--output-dtype", args->output_dtype, "f32 or bf16 (<V2, as ml_dtypes.bfloat16 saves)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_option("--iters", args->iters, "GPU: timed CUDA-graph replays (median)")->check(CLI::Range(1, 100000));
+  cmd->callback([args] {
+    FP4MOE_CHECK(args->checkpoint.empty() == (args->layer < 0),
+                 args->checkpoint.empty() ? "--layer needs --checkpoint" : "--checkpoint needs --layer N");
+    run_layer(*args);
+  });
 }
 
 }  // namespace fp4moe::cli

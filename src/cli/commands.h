@@ -10,5 +10,7 @@ void register_quantize(CLI::App& app);
 void register_run(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_tactics(CLI::App& app);
+void register_synth(CLI::App& app);
+void register_inspect(CLI::App& app);
 
 }  // namespace fp4moe::cli

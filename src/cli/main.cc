@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   fp4moe::cli::register_run(app);
   fp4moe::cli::register_bench(app);
   fp4moe::cli::register_tactics(app);
+  fp4moe::cli::register_synth(app);
+  fp4moe::cli::register_inspect(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

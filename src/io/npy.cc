@@ -158,6 +158,13 @@ std::vector<float> npy_to_float(const NpyArray& a, const std::string& what) {
       std::memcpy(&d, a.bytes.data() + i * 8, 8);
       v[i] = static_cast<float>(d);
     }
+  } else if (a.descr == "<V2" || a.descr == "|V2") {
+    // bfloat16: ml_dtypes' bfloat16 arrays are saved as 2-byte void items.
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t b;
+      std::memcpy(&b, a.bytes.data() + i * 2, 2);
+      v[i] = std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+    }
   } else if (a.descr == "<f2") {
     for (int64_t i = 0; i < n; ++i) {
       uint16_t h;
@@ -165,7 +172,7 @@ std::vector<float> npy_to_float(const NpyArray& a, const std::string& what) {
       v[i] = half_to_float(h);
     }
   } else {
-    FP4MOE_FAIL(what, ": dtype '", a.descr, "' is not a float type (expected <f4, <f8 or <f2)");
+    FP4MOE_FAIL(what, ": dtype '", a.descr, "' is not a float type (expected <f4, <f8, <f2, or <V2 for bfloat16)");
   }
   return v;
 }
@@ -175,6 +182,15 @@ NpyArray npy_from_float(const std::vector<float>& v, std::vector<int64_t> shape)
   a.descr = "<f4";
   a.shape = std::move(shape);
   a.bytes.resize(v.size() * 4);
+  std::memcpy(a.bytes.data(), v.data(), a.bytes.size());
+  return a;
+}
+
+NpyArray npy_from_bf16(const std::vector<uint16_t>& v, std::vector<int64_t> shape) {
+  NpyArray a;
+  a.descr = "<V2";
+  a.shape = std::move(shape);
+  a.bytes.resize(v.size() * 2);
   std::memcpy(a.bytes.data(), v.data(), a.bytes.size());
   return a;
 }

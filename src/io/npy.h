@@ -22,10 +22,11 @@ struct NpyArray {
 NpyArray read_npy(const std::string& path);
 void write_npy(const std::string& path, const NpyArray& a);
 
-// Float conversions of the numeric dtypes we accept: f4, f8, f2 (IEEE half), and bf16 stored as
-// "<V2" or "<u2" raw bits is not guessed - only the dtypes named here.
+// Float conversions of the numeric dtypes we accept: <f4, <f8, <f2 (IEEE half), and <V2 read
+// as bfloat16 (how NumPy saves ml_dtypes.bfloat16 arrays).
 std::vector<float> npy_to_float(const NpyArray& a, const std::string& what);
 NpyArray npy_from_float(const std::vector<float>& v, std::vector<int64_t> shape);
+NpyArray npy_from_bf16(const std::vector<uint16_t>& v, std::vector<int64_t> shape);  // "<V2"
 NpyArray npy_from_bytes(const std::vector<uint8_t>& v, std::vector<int64_t> shape);
 
 }  // namespace fp4moe

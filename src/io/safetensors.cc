@@ -136,7 +136,7 @@ void SafetensorsFile::parse(const std::string& label) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(hb, hb + n);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     FP4MOE_FAIL(label, ": header is not valid JSON (", e.what(), ")");
   }
   FP4MOE_CHECK(header.is_object(), label, ": header is not a JSON object");
@@ -204,37 +204,50 @@ const StTensorView& SafetensorsFile::tensor(const std::string& name) const {
   return it->second;
 }
 
-std::vector<uint8_t> serialize_safetensors(const std::vector<StTensorOut>& tensors,
-                                           const std::map<std::string, std::string>& metadata) {
+int64_t st_tensor_bytes(StDtype d, const std::vector<int64_t>& shape) { return tensor_bytes(d, shape); }
+
+namespace {
+// The header (length prefix + JSON, space-padded to 8 bytes) for tensors laid out in order.
+std::string header_for(const std::vector<StTensorMeta>& tensors,
+                       const std::map<std::string, std::string>& metadata, uint64_t* data_bytes) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   std::vector<std::string> seen;
   for (const auto& t : tensors) {
-    FP4MOE_CHECK(t.name != "__metadata__" && !t.name.empty(), "safetensors: bad tensor name '",
+    FP4MOE_CHECK(t.name != "__metadata__" && !t.name.empty(), "safetensors: bad tensor name '", t.name, "'");
+    FP4MOE_CHECK(std::find(seen.begin(), seen.end(), t.name) == seen.end(), "safetensors: duplicate tensor '",
                  t.name, "'");
-    FP4MOE_CHECK(std::find(seen.begin(), seen.end(), t.name) == seen.end(),
-                 "safetensors: duplicate tensor '", t.name, "'");
     seen.push_back(t.name);
     const int64_t need = tensor_bytes(t.dtype, t.shape);
-    FP4MOE_CHECK(need == static_cast<int64_t>(t.bytes.size()), "safetensors: tensor '", t.name,
-                 "' shape x dtype needs ", need, " bytes, got ", t.bytes.size());
-    header[t.name] = {{"dtype", to_string(t.dtype)},
-                      {"shape", t.shape},
-                      {"data_offsets", {offset, offset + t.bytes.size()}}};
-    offset += t.bytes.size();
+    FP4MOE_CHECK(need >= 0, "safetensors: tensor '", t.name, "' shape is not a whole number of bytes");
+    header[t.name] = {{"dtype", to_string(t.dtype)}, {"shape", t.shape},
+                      {"data_offsets", {offset, offset + static_cast<uint64_t>(need)}}};
+    offset += need;
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');
-  std::vector<uint8_t> out(8 + h.size() + offset);
+  std::string out(8, '\0');
   const uint64_t n = h.size();
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(n >> (8 * i));
-  std::memcpy(out.data() + 8, h.data(), h.size());
-  uint8_t* p = out.data() + 8 + h.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(n >> (8 * i));
+  *data_bytes = offset;
+  return out + h;
+}
+}  // namespace
+
+std::vector<uint8_t> serialize_safetensors(const std::vector<StTensorOut>& tensors,
+                                           const std::map<std::string, std::string>& metadata) {
+  std::vector<StTensorMeta> meta;
   for (const auto& t : tensors) {
-    if (!t.bytes.empty()) std::memcpy(p, t.bytes.data(), t.bytes.size());
-    p += t.bytes.size();
+    FP4MOE_CHECK(tensor_bytes(t.dtype, t.shape) == static_cast<int64_t>(t.bytes.size()), "safetensors: tensor '",
+                 t.name, "' shape x dtype needs ", tensor_bytes(t.dtype, t.shape), " bytes, got ", t.bytes.size());
+    meta.push_back({t.name, t.dtype, t.shape});
   }
+  uint64_t data = 0;
+  const std::string h = header_for(meta, metadata, &data);
+  std::vector<uint8_t> out(h.begin(), h.end());
+  out.reserve(h.size() + data);
+  for (const auto& t : tensors) out.insert(out.end(), t.bytes.begin(), t.bytes.end());
   return out;
 }
 
@@ -245,6 +258,24 @@ void write_safetensors(const std::string& path, const std::vector<StTensorOut>& 
   FP4MOE_CHECK(f.good(), path, ": cannot open for writing");
   f.write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
   FP4MOE_CHECK(f.good(), path, ": write failed");
+}
+
+void write_safetensors_streamed(const std::string& path, const std::vector<StTensorMeta>& tensors,
+                                const std::function<void(size_t, std::ostream&)>& write_data,
+                                const std::map<std::string, std::string>& metadata) {
+  uint64_t data = 0;
+  const std::string h = header_for(tensors, metadata, &data);
+  std::ofstream f(path, std::ios::binary);
+  FP4MOE_CHECK(f.good(), path, ": cannot open for writing");
+  f.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto before = f.tellp();
+    write_data(i, f);
+    FP4MOE_CHECK(f.good(), path, ": write failed at tensor '", tensors[i].name, "'");
+    FP4MOE_CHECK(f.tellp() - before == tensor_bytes(tensors[i].dtype, tensors[i].shape), path, ": tensor '",
+                 tensors[i].name, "' wrote ", static_cast<int64_t>(f.tellp() - before), " bytes, its shape needs ",
+                 tensor_bytes(tensors[i].dtype, tensors[i].shape));
+  }
 }
 
 }  // namespace fp4moe

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <ostream>
 #include <map>
 #include <memory>
 #include <span>
@@ -69,6 +71,19 @@ struct StTensorOut {
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
 };
+
+// Streaming writer: the header for `tensors` (in order, offsets from their shapes), then
+// write_data(i, out) for each tensor, which must write exactly its bytes.
+struct StTensorMeta {
+  std::string name;
+  StDtype dtype;
+  std::vector<int64_t> shape;
+};
+void write_safetensors_streamed(const std::string& path, const std::vector<StTensorMeta>& tensors,
+                                const std::function<void(size_t, std::ostream&)>& write_data,
+                                const std::map<std::string, std::string>& metadata = {});
+// Bytes of a tensor of this dtype and shape (-1 when not a whole number of bytes).
+int64_t st_tensor_bytes(StDtype d, const std::vector<int64_t>& shape);
 
 // Writes tensors in the given order, header padded with spaces to 8 bytes as the reference
 // implementation does. Throws on a shape/bytes mismatch or duplicate names.

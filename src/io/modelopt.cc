@@ -1,0 +1,361 @@
+// ModelOpt NVFP4 import and synthetic checkpoints (see modelopt.h).
+#include "io/modelopt.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "fp4moe/bf16.h"
+#include "fp4moe/error.h"
+
+namespace fp4moe {
+namespace {
+
+using json = nlohmann::json;
+
+json parse_json(const std::string& text, const std::string& label) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    FP4MOE_FAIL(label, ": not valid JSON (", e.what(), ")");
+  }
+}
+
+template <typename T>
+T field(const json& j, const char* key, const std::string& label) {
+  FP4MOE_CHECK(j.contains(key), label, ": missing field '", key, "'");
+  try {
+    return j[key].get<T>();
+  } catch (const json::exception&) {
+    FP4MOE_FAIL(label, ": field '", key, "' has the wrong type");
+  }
+}
+
+template <typename T>
+T field_or(const json& j, const char* key, T fallback, const std::string& label) {
+  return j.contains(key) && !j[key].is_null() ? field<T>(j, key, label) : fallback;
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+const StTensorView& expect(const Checkpoint& c, const std::string& name, std::initializer_list<StDtype> dtypes,
+                           const std::vector<int64_t>& shape) {
+  const StTensorView& v = c.tensor(name);
+  bool ok = false;
+  for (StDtype d : dtypes) ok |= v.dtype == d;
+  FP4MOE_CHECK(ok, c.dir(), ": tensor '", name, "' has dtype ", to_string(v.dtype), ", expected ",
+               to_string(*dtypes.begin()));
+  FP4MOE_CHECK(v.shape == shape, c.dir(), ": tensor '", name, "' has shape ", shape_text(v.shape),
+               ", expected ", shape_text(shape));
+  return v;
+}
+
+// A scalar F32 stored with shape [] or [1].
+float scalar_f32(const Checkpoint& c, const std::string& name) {
+  const StTensorView& v = c.tensor(name);
+  FP4MOE_CHECK(v.dtype == StDtype::kF32, c.dir(), ": tensor '", name, "' has dtype ", to_string(v.dtype),
+               ", expected F32");
+  FP4MOE_CHECK(v.elements() == 1 && v.shape.size() <= 1, c.dir(), ": tensor '", name, "' has shape ",
+               shape_text(v.shape), ", expected a scalar ([] or [1])");
+  float f;
+  std::memcpy(&f, v.bytes.data(), 4);
+  FP4MOE_CHECK(std::isfinite(f) && f > 0, c.dir(), ": tensor '", name, "' = ", f, ", expected finite and > 0");
+  return f;
+}
+
+std::vector<float> to_floats(const StTensorView& v) {
+  std::vector<float> out(static_cast<size_t>(v.elements()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (v.dtype == StDtype::kF32) {
+      std::memcpy(&out[i], v.bytes.data() + 4 * i, 4);
+    } else {
+      uint16_t b;
+      std::memcpy(&b, v.bytes.data() + 2 * i, 2);
+      if (v.dtype == StDtype::kBF16) {
+        out[i] = Bf16::from_bits(b).to_float();
+      } else {  // F16
+        const uint32_t sign = (b >> 15) & 1, exp = (b >> 10) & 0x1F, man = b & 0x3FF;
+        float f = exp == 0 ? std::ldexp(static_cast<float>(man), -24)
+                  : exp == 31 ? (man ? NAN : INFINITY)
+                              : std::ldexp(static_cast<float>(man | 0x400), static_cast<int>(exp) - 25);
+        out[i] = sign ? -f : f;
+      }
+    }
+  }
+  return out;
+}
+
+Nvfp4Matrix load_nvfp4(const Checkpoint& c, const std::string& prefix, int64_t rows, int64_t cols) {
+  Nvfp4Matrix m;
+  m.rows = rows;
+  m.cols = cols;
+  const StTensorView& w = expect(c, prefix + ".weight", {StDtype::kU8}, {rows, cols / 2});
+  const StTensorView& s = expect(c, prefix + ".weight_scale", {StDtype::kF8E4M3}, {rows, cols / 16});
+  m.data.assign(w.bytes.begin(), w.bytes.end());
+  m.block_scales.assign(s.bytes.begin(), s.bytes.end());
+  m.global_scale = scalar_f32(c, prefix + ".weight_scale_2");
+  m.validate((c.dir() + ": " + prefix).c_str());
+  return m;
+}
+
+ExpertWeights load_expert(const Checkpoint& c, const std::string& prefix, int64_t hidden, int64_t inter) {
+  ExpertWeights e;
+  e.gate = load_nvfp4(c, prefix + ".gate_proj", inter, hidden);
+  e.up = load_nvfp4(c, prefix + ".up_proj", inter, hidden);
+  e.down = load_nvfp4(c, prefix + ".down_proj", hidden, inter);
+  // input_scale: the calibrated activation scale (W4A4 numerics only); absent means unused.
+  auto input_scale = [&](const std::string& p) {
+    return c.contains(p + ".input_scale") ? scalar_f32(c, p + ".input_scale") : 1.0f;
+  };
+  e.gate_input_scale = input_scale(prefix + ".gate_proj");
+  e.up_input_scale = input_scale(prefix + ".up_proj");
+  e.down_input_scale = input_scale(prefix + ".down_proj");
+  return e;
+}
+
+std::string model_type_for(const MoeConfig& cfg) {
+  return cfg.name.rfind("glm5", 0) == 0 ? "glm_moe_dsa" : "deepseek_v3";
+}
+
+}  // namespace
+
+bool glob_match(const std::string& p, const std::string& t) {
+  size_t pi = 0, ti = 0, star = std::string::npos, mark = 0;
+  while (ti < t.size()) {
+    if (pi < p.size() && (p[pi] == '?' || p[pi] == t[ti])) {
+      ++pi;
+      ++ti;
+    } else if (pi < p.size() && p[pi] == '*') {
+      star = pi++;
+      mark = ti;
+    } else if (star != std::string::npos) {
+      pi = star + 1;
+      ti = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+ModelInfo read_model_info(const Checkpoint& ckpt) {
+  const std::string cfg_label = ckpt.dir() + "/config.json";
+  const std::string cfg_text = ckpt.read_text("config.json");
+  FP4MOE_CHECK(!cfg_text.empty(), cfg_label, ": missing");
+  const json c = parse_json(cfg_text, cfg_label);
+  ModelInfo info;
+  info.model_type = field_or<std::string>(c, "model_type", "", cfg_label);
+  MoeConfig& m = info.moe;
+  m.name = info.model_type.empty() ? "checkpoint" : info.model_type;
+  m.hidden = field<int64_t>(c, "hidden_size", cfg_label);
+  m.intermediate = field<int64_t>(c, "moe_intermediate_size", cfg_label);
+  m.num_experts = c.contains("n_routed_experts") ? field<int>(c, "n_routed_experts", cfg_label)
+                                                 : field<int>(c, "num_experts", cfg_label);
+  m.routing.top_k = field<int>(c, "num_experts_per_tok", cfg_label);
+  const int n_shared = field_or<int>(c, "n_shared_experts", 0, cfg_label);
+  m.shared_intermediate = n_shared * m.intermediate;
+  const std::string scoring = field_or<std::string>(c, "scoring_func", "softmax", cfg_label);
+  const std::string topk_method = field_or<std::string>(c, "topk_method", "", cfg_label);
+  if (scoring == "sigmoid") {
+    FP4MOE_CHECK(topk_method.empty() || topk_method == "noaux_tc", cfg_label, ": topk_method '", topk_method,
+                 "' with sigmoid scoring is not supported (noaux_tc is)");
+    m.routing.mode = RoutingMode::kSigmoidNoAuxTc;
+  } else {
+    FP4MOE_CHECK(scoring == "softmax", cfg_label, ": scoring_func '", scoring, "' is not supported (sigmoid, softmax)");
+    m.routing.mode = RoutingMode::kSoftmaxTopK;
+  }
+  m.routing.n_group = field_or<int>(c, "n_group", 1, cfg_label);
+  m.routing.topk_group = field_or<int>(c, "topk_group", 1, cfg_label);
+  m.routing.norm_topk_prob = field_or<bool>(c, "norm_topk_prob", true, cfg_label);
+  m.routing.routed_scaling_factor = field_or<float>(c, "routed_scaling_factor", 1.0f, cfg_label);
+  info.num_layers = field<int>(c, "num_hidden_layers", cfg_label);
+  info.first_moe_layer = field_or<int>(c, "first_k_dense_replace", 0, cfg_label);
+  try {
+    m.validate();
+  } catch (const Error& e) {
+    FP4MOE_FAIL(cfg_label, ": ", e.what());
+  }
+
+  // Quantization: hf_quant_config.json, else config.json's quantization_config.
+  const std::string q_text = ckpt.read_text("hf_quant_config.json");
+  json q;
+  std::string q_label;
+  if (!q_text.empty()) {
+    q_label = ckpt.dir() + "/hf_quant_config.json";
+    const json h = parse_json(q_text, q_label);
+    FP4MOE_CHECK(h.contains("quantization") && h["quantization"].is_object(), q_label,
+                 ": missing object 'quantization'");
+    q = h["quantization"];
+  } else {
+    q_label = cfg_label + " quantization_config";
+    FP4MOE_CHECK(c.contains("quantization_config") && c["quantization_config"].is_object(), ckpt.dir(),
+                 ": neither hf_quant_config.json nor config.json quantization_config: not a ModelOpt checkpoint");
+    q = c["quantization_config"];
+  }
+  info.quant_algo = field<std::string>(q, "quant_algo", q_label);
+  FP4MOE_CHECK(info.quant_algo == "NVFP4", q_label, ": quant_algo '", info.quant_algo,
+               "' is not supported (fp4moe runs NVFP4 checkpoints)");
+  info.group_size = field_or<int>(q, "group_size", 16, q_label);
+  FP4MOE_CHECK(info.group_size == 16, q_label, ": group_size ", info.group_size, " is not NVFP4's 16");
+  if (q.contains("exclude_modules") && q["exclude_modules"].is_array())
+    for (const auto& e : q["exclude_modules"])
+      if (e.is_string()) info.exclude_modules.push_back(e.get<std::string>());
+  return info;
+}
+
+MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int layer) {
+  FP4MOE_CHECK(layer >= 0 && layer < info.num_layers, ckpt.dir(), ": layer ", layer, " out of range [0, ",
+               info.num_layers, ")");
+  FP4MOE_CHECK(layer >= info.first_moe_layer, ckpt.dir(), ": layer ", layer,
+               " is dense (first_k_dense_replace = ", info.first_moe_layer, "); MoE layers start at ",
+               info.first_moe_layer);
+  const std::string prefix = "model.layers." + std::to_string(layer) + ".mlp";
+  for (const std::string& pat : info.exclude_modules)
+    FP4MOE_CHECK(!glob_match(pat, prefix + ".experts.0.gate_proj"), ckpt.dir(), ": the experts of layer ", layer,
+                 " are excluded from quantization ('", pat, "'): not an NVFP4 layer");
+  const MoeConfig& cfg = info.moe;
+  MoeWeights w;
+  w.config = cfg;
+  w.experts.resize(cfg.num_experts);
+  for (int e = 0; e < cfg.num_experts; ++e)
+    w.experts[e] = load_expert(ckpt, prefix + ".experts." + std::to_string(e), cfg.hidden, cfg.intermediate);
+  if (cfg.has_shared_expert())
+    w.shared = load_expert(ckpt, prefix + ".shared_experts", cfg.hidden, cfg.shared_intermediate);
+  w.router_weight = to_floats(expect(ckpt, prefix + ".gate.weight", {StDtype::kBF16, StDtype::kF32, StDtype::kF16},
+                                     {cfg.num_experts, cfg.hidden}));
+  const std::string bias = prefix + ".gate.e_score_correction_bias";
+  if (ckpt.contains(bias))
+    w.correction_bias = to_floats(expect(ckpt, bias, {StDtype::kF32, StDtype::kBF16}, {cfg.num_experts}));
+  else
+    FP4MOE_CHECK(cfg.routing.mode != RoutingMode::kSigmoidNoAuxTc, ckpt.dir(), ": missing tensor '", bias,
+                 "' (noaux_tc routing needs it)");
+  w.validate();
+  return w;
+}
+
+MoeWeights synthetic_checkpoint_layer(const MoeConfig& cfg, const SynthCheckpointOptions& opt, int layer) {
+  SyntheticOptions so;
+  so.seed = opt.seed + static_cast<uint64_t>(layer);
+  so.init = opt.init;
+  MoeWeights w = make_synthetic_moe(cfg, so);
+  for (float& v : w.router_weight) v = round_to_bf16(v);  // stored as BF16
+  return w;
+}
+
+void write_synthetic_checkpoint(const std::string& dir, const MoeConfig& cfg, const SynthCheckpointOptions& opt) {
+  namespace fs = std::filesystem;
+  cfg.validate();
+  FP4MOE_CHECK(opt.layers >= 1, "synth: --layers must be >= 1");
+  fs::create_directories(dir);
+  const std::string model_type = opt.model_type.empty() ? model_type_for(cfg) : opt.model_type;
+  const int n_shared = cfg.has_shared_expert() ? static_cast<int>(cfg.shared_intermediate / cfg.intermediate) : 0;
+  FP4MOE_CHECK(!cfg.has_shared_expert() || cfg.shared_intermediate % cfg.intermediate == 0,
+               "synth: the shared expert's width ", cfg.shared_intermediate, " is not a multiple of I = ",
+               cfg.intermediate, " (config.json states it as n_shared_experts x moe_intermediate_size)");
+  const json quant = {{"quant_algo", "NVFP4"}, {"group_size", 16}, {"kv_cache_quant_algo", nullptr},
+                      {"exclude_modules", {"lm_head"}}};
+  json config = {{"architectures", {"GlmMoeDsaForCausalLM"}},
+                 {"model_type", model_type},
+                 {"hidden_size", cfg.hidden},
+                 {"moe_intermediate_size", cfg.intermediate},
+                 {"n_routed_experts", cfg.num_experts},
+                 {"num_experts_per_tok", cfg.routing.top_k},
+                 {"n_shared_experts", n_shared},
+                 {"scoring_func", cfg.routing.mode == RoutingMode::kSigmoidNoAuxTc ? "sigmoid" : "softmax"},
+                 {"topk_method", cfg.routing.mode == RoutingMode::kSigmoidNoAuxTc ? "noaux_tc" : "greedy"},
+                 {"n_group", cfg.routing.n_group},
+                 {"topk_group", cfg.routing.topk_group},
+                 {"norm_topk_prob", cfg.routing.norm_topk_prob},
+                 {"routed_scaling_factor", cfg.routing.routed_scaling_factor},
+                 {"hidden_act", "silu"},
+                 {"num_hidden_layers", opt.layers},
+                 {"first_k_dense_replace", 0},
+                 {"torch_dtype", "bfloat16"},
+                 {"quantization_config", {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}, {"group_size", 16}}}};
+  if (model_type == "deepseek_v3") config["architectures"] = {"DeepseekV3ForCausalLM"};
+  std::ofstream(fs::path(dir) / "config.json") << config.dump(2) << "\n";
+  std::ofstream(fs::path(dir) / "hf_quant_config.json")
+      << json{{"producer", {{"name", "modelopt"}, {"version", "fp4moe synthetic"}}}, {"quantization", quant}}.dump(2)
+      << "\n";
+
+  json weight_map = json::object();
+  for (int layer = 0; layer < opt.layers; ++layer) {
+    char shard[64];
+    std::snprintf(shard, sizeof shard, "model-%05d-of-%05d.safetensors", layer + 1, opt.layers);
+    const std::string prefix = "model.layers." + std::to_string(layer) + ".mlp";
+    const uint64_t seed = opt.seed + static_cast<uint64_t>(layer);
+    // Tensors in write order: router, bias, then each expert's 12 tensors, then the shared one.
+    std::vector<StTensorMeta> meta = {{prefix + ".gate.weight", StDtype::kBF16, {cfg.num_experts, cfg.hidden}}};
+    if (cfg.routing.mode == RoutingMode::kSigmoidNoAuxTc)
+      meta.push_back({prefix + ".gate.e_score_correction_bias", StDtype::kF32, {cfg.num_experts}});
+    const size_t router_count = meta.size();
+    auto expert_meta = [&](const std::string& p, int64_t inter) {
+      for (auto [proj, rows, cols] : {std::tuple{"gate_proj", inter, cfg.hidden}, {"up_proj", inter, cfg.hidden},
+                                      {"down_proj", cfg.hidden, inter}}) {
+        const std::string q = p + "." + proj;
+        meta.push_back({q + ".weight", StDtype::kU8, {rows, cols / 2}});
+        meta.push_back({q + ".weight_scale", StDtype::kF8E4M3, {rows, cols / 16}});
+        meta.push_back({q + ".weight_scale_2", StDtype::kF32, {}});
+        meta.push_back({q + ".input_scale", StDtype::kF32, {}});
+      }
+    };
+    for (int e = 0; e < cfg.num_experts; ++e) expert_meta(prefix + ".experts." + std::to_string(e), cfg.intermediate);
+    if (cfg.has_shared_expert()) expert_meta(prefix + ".shared_experts", cfg.shared_intermediate);
+    for (const auto& m : meta) weight_map[m.name] = shard;
+
+    // Router and bias as make_synthetic_moe draws them (no expert materialised).
+    SyntheticOptions so;
+    so.seed = seed;
+    so.materialize.assign(cfg.num_experts, false);
+    MoeConfig router_only = cfg;
+    router_only.shared_intermediate = 0;
+    const MoeWeights router = make_synthetic_moe(router_only, so);
+    ExpertWeights current;
+    int current_index = -2;
+    auto write = [&](size_t i, std::ostream& out) {
+      auto put = [&](const void* p, size_t n) { out.write(static_cast<const char*>(p), static_cast<std::streamsize>(n)); };
+      if (i == 0) {
+        for (float v : router.router_weight) {
+          const uint16_t b = Bf16::from_float(v).bits;
+          put(&b, 2);
+        }
+        return;
+      }
+      if (i < router_count) {
+        put(router.correction_bias.data(), router.correction_bias.size() * 4);
+        return;
+      }
+      const size_t j = i - router_count, expert = j / 12, item = j % 12;
+      const int index = static_cast<int>(expert);  // == num_experts: the shared expert
+      if (index != current_index) {
+        current = index < cfg.num_experts
+                      ? make_synthetic_expert(cfg.hidden, cfg.intermediate, seed, static_cast<uint64_t>(index), opt.init)
+                      : make_synthetic_expert(cfg.hidden, cfg.shared_intermediate, seed,
+                                              static_cast<uint64_t>(cfg.num_experts), opt.init);
+        current_index = index;
+      }
+      const Nvfp4Matrix& m = item < 4 ? current.gate : item < 8 ? current.up : current.down;
+      const float input_scale = item < 4 ? current.gate_input_scale : item < 8 ? current.up_input_scale
+                                                                                : current.down_input_scale;
+      switch (item % 4) {
+        case 0: put(m.data.data(), m.data.size()); break;
+        case 1: put(m.block_scales.data(), m.block_scales.size()); break;
+        case 2: put(&m.global_scale, 4); break;
+        default: put(&input_scale, 4); break;
+      }
+    };
+    write_safetensors_streamed((fs::path(dir) / shard).string(), meta, write,
+                               {{"format", "pt"}, {"producer", "fp4moe synth"}});
+  }
+  std::ofstream(fs::path(dir) / "model.safetensors.index.json")
+      << json{{"metadata", {{"producer", "fp4moe synth"}}}, {"weight_map", weight_map}}.dump(1) << "\n";
+}
+
+}  // namespace fp4moe

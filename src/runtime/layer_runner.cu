@@ -1,0 +1,76 @@
+// run_gpu_layer: upload, run, time (see fp4moe/layer.h).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "fp4moe/bf16.h"
+#include "fp4moe/error.h"
+#include "fp4moe/layer.h"
+#include "kernels/common/cuda_check.h"
+#include "runtime/device_buffer.h"
+
+namespace fp4moe {
+
+GpuLayerRun run_gpu_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
+                          const std::vector<float>& logits, int64_t tokens, int iters,
+                          const LayerPlan* plan_in) {
+  const MoeConfig& cfg = layer.config();
+  FP4MOE_CHECK(static_cast<int64_t>(hidden.size()) == tokens * cfg.hidden, "run_gpu_layer: hidden holds ",
+               hidden.size(), " values, expected [", tokens, ", ", cfg.hidden, "]");
+  FP4MOE_CHECK(static_cast<int64_t>(logits.size()) == tokens * cfg.num_experts, "run_gpu_layer: logits hold ",
+               logits.size(), " values, expected [", tokens, ", ", cfg.num_experts, "]");
+  GpuLayerRun run;
+  run.plan = plan_in ? *plan_in : layer.plan_for(tokens);
+  std::vector<uint16_t> hb(hidden.size());
+  for (size_t i = 0; i < hidden.size(); ++i) hb[i] = Bf16::from_float(hidden[i]).bits;
+  DeviceBuffer dh(hb.size() * 2), dl(logits.size() * 4), dout(tokens * cfg.hidden * 2);
+  FP4MOE_CUDA_CHECK(cudaMemcpy(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+  FP4MOE_CUDA_CHECK(cudaMemcpy(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+  FP4MOE_CUDA_CHECK(cudaMemset(dout.get(), 0xFF, dout.bytes()));  // poison: NaN where unwritten
+  cudaStream_t s;
+  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  layer.reserve(tokens);
+  layer.forward(dh.get<uint16_t>(), dl.get<float>(), tokens, dout.get<uint16_t>(), s, &run.plan);
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+  run.out.resize(tokens * cfg.hidden);
+  FP4MOE_CUDA_CHECK(cudaMemcpy(run.out.data(), dout.get(), run.out.size() * 2, cudaMemcpyDeviceToHost));
+  run.routing.tokens = tokens;
+  run.routing.top_k = cfg.routing.top_k;
+  run.routing.ids.resize(tokens * cfg.routing.top_k);
+  run.routing.weights.resize(run.routing.ids.size());
+  FP4MOE_CUDA_CHECK(cudaMemcpy(run.routing.ids.data(), layer.topk_ids(), run.routing.ids.size() * 4,
+                               cudaMemcpyDeviceToHost));
+  FP4MOE_CUDA_CHECK(cudaMemcpy(run.routing.weights.data(), layer.topk_weights(), run.routing.weights.size() * 4,
+                               cudaMemcpyDeviceToHost));
+  if (iters > 0) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    layer.forward(dh.get<uint16_t>(), dl.get<float>(), tokens, dout.get<uint16_t>(), s, &run.plan);
+    FP4MOE_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t a, b;
+    FP4MOE_CUDA_CHECK(cudaEventCreate(&a));
+    FP4MOE_CUDA_CHECK(cudaEventCreate(&b));
+    std::vector<double> t;
+    for (int i = 0; i < iters + 3; ++i) {
+      FP4MOE_CUDA_CHECK(cudaEventRecord(a, s));
+      FP4MOE_CUDA_CHECK(cudaGraphLaunch(exec, s));
+      FP4MOE_CUDA_CHECK(cudaEventRecord(b, s));
+      FP4MOE_CUDA_CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      if (i >= 3) t.push_back(ms * 1e3);
+    }
+    std::sort(t.begin(), t.end());
+    run.median_us = t[t.size() / 2];
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
+  return run;
+}
+
+}  // namespace fp4moe

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Tests of the benchmark's JSON output and of scripts/plot_bench.py.
+
+usage: bench_json_test.py FP4MOE_BINARY SOURCE_DIR
+  - the recorded H200 run (tests/data/bench_h200_glm5.json) follows schema fp4moe-bench/1 and
+    its accounting agrees with the roofline formula;
+  - `fp4moe bench` without a GPU writes a file of the same schema;
+  - the plot script draws both files.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BIN, SRC = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def check(cond, msg):
+    if not cond:
+        failures.append(msg)
+
+
+def validate(d, name, gpu_run):
+    check(d.get("schema") == "fp4moe-bench/1", f"{name}: schema")
+    for k in ("version", "gpu", "config", "ceilings", "options", "rows"):
+        check(k in d, f"{name}: missing {k}")
+    c = d["ceilings"]
+    check(c["read_gbs"] > 0 and c["bf16_tflops"] > 0, f"{name}: ceilings")
+    check(c["source"] in ("measured", "datasheet"), f"{name}: ceiling source")
+    check(len(d["rows"]) > 0, f"{name}: no rows")
+    prev = 0
+    for r in d["rows"]:
+        t = r["tokens"]
+        check(t > prev, f"{name}: tokens not increasing")
+        prev = t
+        cost = r["cost"]
+        for k in ("active_experts", "weight_bytes", "activation_bytes", "bytes", "flops", "intensity",
+                  "floor_us", "memory_us", "compute_us", "bound"):
+            check(k in cost, f"{name} T={t}: cost.{k} missing")
+        check(abs(cost["bytes"] - cost["weight_bytes"] - cost["activation_bytes"]) < 1, f"{name} T={t}: bytes")
+        floor = max(cost["bytes"] / (c["read_gbs"] * 1e9), cost["flops"] / (c["bf16_tflops"] * 1e12)) * 1e6
+        check(abs(floor - cost["floor_us"]) <= 1e-6 * floor + 1e-3, f"{name} T={t}: floor {cost['floor_us']} vs {floor}")
+        check(cost["bound"] == ("memory" if cost["memory_us"] >= cost["compute_us"] else "compute"), f"{name}: bound")
+        cfg = d["config"]
+        flops = 2 * t * cfg["top_k"] * 3 * cfg["hidden"] * cfg["intermediate"] + \
+            2 * t * 3 * cfg["hidden"] * cfg["shared_intermediate"]
+        check(abs(cost["flops"] - flops) <= 1e-9 * flops, f"{name} T={t}: flops")
+        if gpu_run:
+            o = r["ours"]
+            check(o["path"] == "gpu" and o["median_us"] > 0, f"{name} T={t}: ours")
+            check(abs(o["x_floor"] * cost["floor_us"] - o["median_us"]) <= 1e-6 * o["median_us"], f"{name}: x_floor")
+            check(set(o["stages_us"]) == {"routing", "fc1", "fc2"}, f"{name}: stages")
+            b = r["baseline"]
+            check(abs(b["speedup"] - b["median_us"] / o["median_us"]) < 1e-6 * b["speedup"], f"{name}: speedup")
+            check(b["rel_error"] < 2e-2, f"{name} T={t}: rel error {b['rel_error']}")
+
+
+with open(os.path.join(SRC, "tests/data/bench_h200_glm5.json")) as f:
+    rec = json.load(f)
+validate(rec, "recorded H200 glm5", True)
+check(len(rec["rows"]) == 15, "recorded run: full default sweep 1..16384")
+
+with tempfile.TemporaryDirectory() as tmp:
+    out = os.path.join(tmp, "cpu.json")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # force the no-GPU path even on a GPU machine
+    p = subprocess.run([BIN, "bench", "--preset", "glm5-tp8", "--tokens", "1,4,64", "--cpu-max-tokens", "1",
+                        "--json", out], capture_output=True, text=True, env=env, timeout=600)
+    check(p.returncode == 0, f"bench without GPU failed: {p.stderr}")
+    if p.returncode == 0:
+        with open(out) as f:
+            cpu = json.load(f)
+        validate(cpu, "cpu run", False)
+        check(cpu["rows"][0]["ours"]["path"] == "cpu_reference", "cpu run: T=1 timed by the reference")
+        check("ours" not in cpu["rows"][1], "cpu run: T=4 not timed")
+    for src, png in ((os.path.join(SRC, "tests/data/bench_h200_glm5.json"), "rec.png"), (out, "cpu.png")):
+        q = subprocess.run([sys.executable, os.path.join(SRC, "scripts/plot_bench.py"), src,
+                            os.path.join(tmp, png)], capture_output=True, text=True, timeout=300)
+        check(q.returncode == 0, f"plot {src}: {q.stderr}")
+        check(os.path.exists(os.path.join(tmp, png)) and os.path.getsize(os.path.join(tmp, png)) > 20000,
+              f"plot {src}: no image")
+    bad = os.path.join(tmp, "bad.json")
+    with open(bad, "w") as f:
+        f.write('{"schema": "other"}')
+    q = subprocess.run([sys.executable, os.path.join(SRC, "scripts/plot_bench.py"), bad, os.path.join(tmp, "x.png")],
+                       capture_output=True, text=True)
+    check(q.returncode != 0 and "not an fp4moe bench file" in q.stderr, "plot: bad file not rejected")
+
+if failures:
+    print("\n".join(failures))
+    sys.exit(1)
+print("bench json tests passed")
