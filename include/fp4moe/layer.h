@@ -11,6 +11,7 @@
 
 #include "fp4moe/moe.h"
 #include "fp4moe/tactic.h"
+#include "fp4moe/tuning_cache.h"
 
 struct CUstream_st;
 
@@ -25,6 +26,9 @@ struct LayerPlan {
 
 struct LayerOptions {
   int device = 0;
+  // Load the tuning cache of this GPU (TuningCache::file_for) at creation: plan_for() then
+  // takes the tuned tactics of the nearest token bucket, the heuristic where there is no entry.
+  bool use_tuning_cache = true;
 };
 
 class GpuMoeLayer {
@@ -38,9 +42,16 @@ class GpuMoeLayer {
   virtual const MoeConfig& config() const = 0;
   // Workspace for batches up to max_tokens (with any tactic's split-K up to 8).
   virtual void reserve(int64_t max_tokens) = 0;
-  // The documented heuristic's plan for a batch of `tokens` (replaced by the tuner's cache
-  // when one is loaded).
+  // The plan for a batch of `tokens`: the tuning cache's tactics for the nearest bucket where
+  // it has them (and they are compiled in), the documented heuristic otherwise.
   virtual LayerPlan plan_for(int64_t tokens) const = 0;
+  virtual LayerPlan plan_for_heuristic(int64_t tokens) const = 0;
+  // "cache" or "heuristic" for each GEMM of plan_for(tokens).
+  virtual std::string plan_source(int64_t tokens) const = 0;
+  // Replaces the loaded tuning cache (nullptr: heuristic only).
+  virtual void set_tuning_cache(std::shared_ptr<const TuningCache> cache) = 0;
+  // What loading the cache reported (corrupt file, other GPU's entries, ...), one line each.
+  virtual const std::vector<std::string>& tuning_warnings() const = 0;
 
   // out [T, H] bf16 = MoE(hidden [T, H] bf16, router logits [T, E] fp32); all pointers are
   // device memory. Enqueued on `stream`; returns without waiting.

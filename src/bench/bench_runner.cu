@@ -56,7 +56,10 @@ BenchReport run_bench(const BenchOptions& o) {
   so.seed = o.seed;
   const MoeWeights w = make_synthetic_moe(o.config, so);
   say("uploading and prepacking weights");
-  std::unique_ptr<GpuMoeLayer> layer = GpuMoeLayer::create(w);
+  LayerOptions lo;
+  lo.use_tuning_cache = o.use_tuning_cache;
+  std::unique_ptr<GpuMoeLayer> layer = GpuMoeLayer::create(w, lo);
+  for (const auto& warning : layer->tuning_warnings()) say("warning: " + warning);
   std::unique_ptr<CublasBaseline> base;
   if (o.baseline) {
     say("dequantizing the baseline's BF16 weights");
@@ -90,6 +93,7 @@ BenchReport run_bench(const BenchOptions& o) {
     LayerPlan plan = layer->plan_for(T);
     if (o.fc1) plan.fc1 = *o.fc1;
     if (o.fc2) plan.fc2 = *o.fc2;
+    row.plan_source = o.fc1 || o.fc2 ? "fixed" : layer->plan_source(T);
     row.fc1_tactic = format_tactic(plan.fc1);
     row.fc2_tactic = format_tactic(plan.fc2);
 

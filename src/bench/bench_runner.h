@@ -27,6 +27,7 @@ struct BenchOptions {
   int iters = 30;
   double max_rel_error = 2e-2;  // ours vs baseline; larger fails the run
   std::optional<Tactic> fc1, fc2;  // fixed tactics instead of the layer's plan
+  bool use_tuning_cache = true;     // the layer's plan from the tuning cache where it has one
   std::function<void(const std::string&)> progress;  // one line per step
 };
 
@@ -43,7 +44,7 @@ struct BenchRow {
   LayerCost cost;
   Roofline floor;
   TimedPath ours;
-  std::string fc1_tactic, fc2_tactic;
+  std::string fc1_tactic, fc2_tactic, plan_source;
   double routing_us = 0, fc1_us = 0, fc2_us = 0;  // per stage (plain launches, median)
   bool has_baseline = false;
   TimedPath baseline;

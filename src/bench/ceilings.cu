@@ -102,19 +102,4 @@ Ceilings measure_ceilings(int iters) {
   return c;
 }
 
-L2Flusher::L2Flusher(int64_t l2_bytes) : bytes_(std::max<int64_t>(2 * l2_bytes, 64 << 20)) {
-  FP4MOE_CUDA_CHECK(cudaMalloc(&buffer_, bytes_));
-  write_stream<<<sm_count() * 4, 256>>>(static_cast<uint4*>(buffer_), bytes_ / 16, 1);
-  FP4MOE_CUDA_CHECK_LAUNCH();
-  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
-}
-L2Flusher::~L2Flusher() { cudaFree(buffer_); }
-// Reads (not writes) the buffer: writing would leave the L2 full of dirty lines whose
-// write-back then slows the timed kernel's first accesses.
-void L2Flusher::flush(cudaStream_t stream) {
-  read_stream<<<sm_count() * 4, 512, 0, stream>>>(static_cast<const uint4*>(buffer_), bytes_ / 16,
-                                                  static_cast<uint32_t*>(buffer_));
-  FP4MOE_CUDA_CHECK_LAUNCH();
-}
-
 }  // namespace fp4moe

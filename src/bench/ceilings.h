@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "runtime/l2_flush.h"
+
 namespace fp4moe {
 
 struct Ceilings {
@@ -18,18 +20,6 @@ struct Ceilings {
 double measure_read_bandwidth(int64_t bytes, int iters);
 double measure_cublas_bf16_flops(int n, int iters);
 Ceilings measure_ceilings(int iters = 10);
-
-// Evicts the L2 by writing a buffer twice its size (enqueued on `stream`).
-class L2Flusher {
- public:
-  explicit L2Flusher(int64_t l2_bytes);
-  ~L2Flusher();
-  void flush(cudaStream_t stream);
-
- private:
-  void* buffer_ = nullptr;
-  int64_t bytes_ = 0;
-};
 
 // Median time in seconds of fn() between two events, `iters` times after `warmup` runs;
 // before each timed run, `before` (untimed) is enqueued.

@@ -36,6 +36,7 @@ struct BenchArgs {
   std::string gpu = "h200";  // accounting GPU when none is present
   int64_t cpu_max_tokens = 4;
   std::string fc1, fc2;  // tactic overrides
+  bool no_cache = false;
 };
 
 std::vector<int64_t> parse_tokens(const std::string& s) {
@@ -115,6 +116,7 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
   o.baseline = !a.no_baseline;
   o.iters = a.iters;
   o.warmup = a.warmup;
+  o.use_tuning_cache = !a.no_cache;
   if (!a.fc1.empty()) o.fc1 = parse_tactic(a.fc1);
   if (!a.fc2.empty()) o.fc2 = parse_tactic(a.fc2);
   const bool tty = isatty(fileno(stderr));
@@ -140,14 +142,15 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
                 w.ours.x_floor, w.has_baseline ? w.baseline.median_us : NAN,
                 w.has_baseline ? w.baseline.pct_floor : NAN, w.speedup, w.fc1_tactic.c_str(),
                 w.fc2_tactic.c_str());
-    std::printf("%6s   stages: routing+permute %.1f us, FC1 %.1f us, FC2 %.1f us; ours vs cuBLAS rel err %.2e\n",
-                "", w.routing_us, w.fc1_us, w.fc2_us, w.rel_error_vs_baseline);
+    std::printf("%6s   stages: routing+permute %.1f us, FC1 %.1f us, FC2 %.1f us; plan: %s; ours vs cuBLAS rel err %.2e\n",
+                "", w.routing_us, w.fc1_us, w.fc2_us, w.plan_source.c_str(), w.rel_error_vs_baseline);
     nlohmann::json j = {{"tokens", w.tokens},
                         {"cost", cost_json(w.cost, w.floor)},
                         {"ours", {{"median_us", w.ours.median_us}, {"gbs", w.ours.gbs},
                                   {"tflops", w.ours.tflops}, {"pct_floor", w.ours.pct_floor},
                                   {"x_floor", w.ours.x_floor}, {"path", "gpu"},
                                   {"fc1_tactic", w.fc1_tactic}, {"fc2_tactic", w.fc2_tactic},
+                                  {"plan", w.plan_source},
                                   {"stages_us", {{"routing", w.routing_us}, {"fc1", w.fc1_us}, {"fc2", w.fc2_us}}}}}};
     if (w.has_baseline)
       j["baseline"] = {{"median_us", w.baseline.median_us}, {"gbs", w.baseline.gbs},
@@ -254,6 +257,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--gpu", a->gpu, "Without a GPU: the table GPU whose datasheet gives the floors");
   cmd->add_option("--fc1", a->fc1, "Fixed FC1 tactic (e.g. w4a16_mma:m128n8k256:s4:w8:sk1:swiglu)");
   cmd->add_option("--fc2", a->fc2, "Fixed FC2 tactic (epilogue finalize)");
+  cmd->add_flag("--no-cache", a->no_cache, "Ignore the tuning cache: the heuristic plan only");
   cmd->add_option("--cpu-max-tokens", a->cpu_max_tokens, "Without a GPU: time the CPU reference up to this T");
   cmd->callback([a] { run_bench_command(*a); });
 }

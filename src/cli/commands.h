@@ -12,5 +12,6 @@ void register_bench(CLI::App& app);
 void register_tactics(CLI::App& app);
 void register_synth(CLI::App& app);
 void register_inspect(CLI::App& app);
+void register_tune(CLI::App& app);
 
 }  // namespace fp4moe::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   fp4moe::cli::register_tactics(app);
   fp4moe::cli::register_synth(app);
   fp4moe::cli::register_inspect(app);
+  fp4moe::cli::register_tune(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -11,6 +11,8 @@
 #include "fp4moe/heuristic.h"
 #include "fp4moe/hw.h"
 #include "fp4moe/layer.h"
+#include "fp4moe/tuning_cache.h"
+#include "fp4moe/version.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/gemm/w4a16_registry.h"
 #include "kernels/moe/routing.cuh"
@@ -50,7 +52,11 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt);
   const MoeConfig& config() const override { return cfg_; }
   void reserve(int64_t max_tokens) override;
-  LayerPlan plan_for(int64_t tokens) const override { return heuristic_plan(cfg_, tokens, gpu_); }
+  LayerPlan plan_for(int64_t tokens) const override;
+  LayerPlan plan_for_heuristic(int64_t tokens) const override { return heuristic_plan(cfg_, tokens, gpu_); }
+  std::string plan_source(int64_t tokens) const override;
+  void set_tuning_cache(std::shared_ptr<const TuningCache> cache) override { cache_ = std::move(cache); }
+  const std::vector<std::string>& tuning_warnings() const override { return cache_warnings_; }
   void forward(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
                GpuStream stream, const LayerPlan* plan) override {
     run(hidden, logits, tokens, out, stream, plan, nullptr);
@@ -85,6 +91,9 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   int64_t cap_tokens_ = 0;
   DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, counts_,
       cursors_, act_, partials_, unit_counters_, rows_out_, token_counters_;
+  std::shared_ptr<const TuningCache> cache_;
+  CacheIdentity identity_;
+  std::vector<std::string> cache_warnings_;
   std::mutex info_mutex_;
   std::vector<std::pair<const void*, KernelLaunchInfo>> infos_;
 };
@@ -160,6 +169,38 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
   upload(up_gs_, up_gs);
   upload(down_gs_, down_gs);
   upload(bias_, w.correction_bias);
+
+  identity_ = CacheIdentity{gpu_.name, gpu_.sm, env.driver_version, FP4MOE_VERSION};
+  if (opt.use_tuning_cache) {
+    const std::string path = TuningCache::file_for(gpu_.sm, FP4MOE_VERSION);
+    auto cache = std::make_shared<TuningCache>(TuningCache::load(path, &cache_warnings_));
+    if (const int foreign = cache->foreign_entries(identity_))
+      cache_warnings_.push_back(path + ": " + std::to_string(foreign) +
+                                " entries measured on another GPU, driver or library version ignored");
+    cache_ = std::move(cache);
+  }
+}
+
+LayerPlan GpuMoeLayerImpl::plan_for(int64_t tokens) const {
+  LayerPlan plan = plan_for_heuristic(tokens);
+  if (!cache_) return plan;
+  auto take = [&](const GemmKey& key, Tactic& slot) {
+    if (auto e = cache_->lookup(identity_, key, tokens); e && kernels::find_w4a16_kernel(e->winner))
+      slot = e->winner;
+  };
+  take(GemmKey{2 * cfg_.intermediate, cfg_.hidden, Epilogue::kSwiglu}, plan.fc1);
+  take(GemmKey{cfg_.hidden, cfg_.intermediate, Epilogue::kFinalize}, plan.fc2);
+  return plan;
+}
+
+std::string GpuMoeLayerImpl::plan_source(int64_t tokens) const {
+  auto source = [&](const GemmKey& key) {
+    if (!cache_) return "heuristic";
+    auto e = cache_->lookup(identity_, key, tokens);
+    return e && kernels::find_w4a16_kernel(e->winner) ? "cache" : "heuristic";
+  };
+  return std::string(source(GemmKey{2 * cfg_.intermediate, cfg_.hidden, Epilogue::kSwiglu})) + "/" +
+         source(GemmKey{cfg_.hidden, cfg_.intermediate, Epilogue::kFinalize});
 }
 
 const W4a16Kernel& GpuMoeLayerImpl::kernel_for(const Tactic& t, Epilogue ep) const {

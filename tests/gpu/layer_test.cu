@@ -79,7 +79,9 @@ LayerCase make_case(const MoeConfig& cfg, uint64_t seed) {
   so.init = cfg.hidden * cfg.intermediate <= 1 << 20 ? WeightInit::kQuantizedGaussian
                                                      : WeightInit::kRandomCodes;
   c.weights = make_synthetic_moe(cfg, so);
-  c.layer = GpuMoeLayer::create(c.weights);
+  LayerOptions lo;
+  lo.use_tuning_cache = false;  // tests exercise the documented heuristic, whatever is cached
+  c.layer = GpuMoeLayer::create(c.weights, lo);
   return c;
 }
 

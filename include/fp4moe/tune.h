@@ -1,0 +1,58 @@
+// fp4moe/tune.h - the autotuner: for each GEMM of a layer and each token bucket, every tactic
+// the resource model admits on the current GPU is launched, verified against the float64
+// reference on a sample of tokens (a wrong result rejects it, like a failed launch), and timed
+// (warm-up, median, L2 flushed before every run). Winners go to the tuning cache.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fp4moe/layer.h"
+#include "fp4moe/moe.h"
+#include "fp4moe/tuning_cache.h"
+
+namespace fp4moe {
+
+struct TuneOptions {
+  std::vector<int64_t> buckets;  // default: token_buckets() up to 16384
+  int warmup = 2;
+  int iters = 10;
+  uint64_t seed = 1;
+  int verify_tokens = 4;  // tokens checked against the reference per bucket
+  double max_rel_error = 1e-2;
+  // Called before each measurement with a short label and the fraction done.
+  std::function<void(const std::string&, double)> progress;
+};
+
+struct TimedTactic {
+  Tactic tactic;
+  double time_us = 0;  // median stage time
+};
+
+struct RejectedTactic {
+  Tactic tactic;
+  std::string reason;  // the model's verdict, the launch error, or the wrong-result error
+};
+
+struct TuneResult {
+  GemmKey gemm;
+  int64_t bucket = 0;
+  std::vector<TimedTactic> timed;  // fastest first
+  std::vector<RejectedTactic> rejected;
+};
+
+// The identity of the current GPU 0 for cache entries.
+CacheIdentity current_cache_identity();
+
+// The GEMM keys of a layer: FC1 (2 I x H, swiglu) and FC2 (H x I, finalize).
+GemmKey fc1_key(const MoeConfig& cfg);
+GemmKey fc2_key(const MoeConfig& cfg);
+
+// Tunes both GEMMs of `layer` (whose weights are `weights`) at every bucket.
+std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& weights, const TuneOptions& opt);
+
+// Cache entries for the results (winner and runner-up per GEMM and bucket).
+std::vector<CacheEntry> cache_entries(const std::vector<TuneResult>& results, const CacheIdentity& id);
+
+}  // namespace fp4moe

@@ -1,0 +1,83 @@
+// fp4moe/tuning_cache.h - the persistent tuning cache and token buckets.
+//
+// One JSON file per library version and architecture under
+//   ${FP4MOE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fp4moe}/tuning-<version>-sm_<NN>.json
+// Each entry is keyed by GPU name, sm, driver version, library version, the GEMM (output rows,
+// K, epilogue) and the token bucket, and holds the winning tactic, its time and the runner-up.
+// Writes merge with what is on disk under an exclusive lock (flock) and replace the file
+// atomically (temp file + rename), so concurrent tuners never corrupt it. A corrupt file, one of
+// another library version or schema, and entries of another GPU or driver are reported and
+// ignored - never fatal.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fp4moe/tactic.h"
+
+namespace fp4moe {
+
+// Token buckets: every power of two up to 256 (decode, where each doubling changes the best tile),
+// then every fourth power: 1024, 4096, 16384, 65536. A batch looks up the nearest bucket in
+// log2 distance (ties go to the smaller bucket).
+const std::vector<int64_t>& token_buckets();
+int64_t nearest_bucket(int64_t tokens);
+
+struct GemmKey {
+  int64_t n_out = 0;  // output rows of the GEMM (FC1: 2 I; FC2: H)
+  int64_t k = 0;      // reduction (FC1: H; FC2: I)
+  Epilogue epilogue = Epilogue::kNone;
+  constexpr bool operator==(const GemmKey&) const = default;
+};
+
+struct CacheIdentity {  // what makes a measurement valid
+  std::string gpu;      // device name
+  int sm = 0;
+  int driver = 0;       // cudaDriverGetVersion
+  std::string library;  // FP4MOE_VERSION
+  constexpr bool operator==(const CacheIdentity&) const = default;
+};
+
+struct CacheEntry {
+  CacheIdentity id;
+  GemmKey gemm;
+  int64_t bucket = 0;
+  Tactic winner;
+  double time_us = 0;
+  std::optional<Tactic> runner_up;
+  double runner_up_us = 0;
+};
+
+class TuningCache {
+ public:
+  // The cache directory (environment as above) and the file for an architecture.
+  static std::string directory();
+  static std::string file_for(int sm, const std::string& library_version);
+
+  // Loads `path`; problems go to `warnings` (one line each) and the bad parts are skipped.
+  static TuningCache load(const std::string& path, std::vector<std::string>* warnings = nullptr);
+
+  // Entries for this identity only; nullopt when none.
+  std::optional<CacheEntry> find(const CacheIdentity& id, const GemmKey& g, int64_t bucket) const;
+  // The entry of the nearest bucket (for a batch size), for this identity.
+  std::optional<CacheEntry> lookup(const CacheIdentity& id, const GemmKey& g, int64_t tokens) const;
+
+  const std::vector<CacheEntry>& entries() const { return entries_; }
+  // Counts the entries measured on another GPU, driver or library: they are ignored by
+  // find()/lookup(); this lets a caller report them.
+  int foreign_entries(const CacheIdentity& id) const;
+  void put(const CacheEntry& e);  // replaces the entry of the same identity, GEMM and bucket
+
+  // Merges `entries` into the file under a lock and replaces it atomically. Returns the file's
+  // entries after the merge.
+  static TuningCache merge_into_file(const std::string& path, const std::vector<CacheEntry>& entries,
+                                     std::vector<std::string>* warnings = nullptr);
+
+ private:
+  std::string path_;
+  std::vector<CacheEntry> entries_;
+};
+
+}  // namespace fp4moe

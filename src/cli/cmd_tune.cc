@@ -1,0 +1,198 @@
+// fp4moe tune: measure every admissible tactic of a layer's GEMMs at each token bucket and store
+// the winners in the tuning cache. fp4moe cache path|list|show|clear: inspect or reset it.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/shape_options.h"
+#include "fp4moe/error.h"
+#include "fp4moe/hw.h"
+#include "fp4moe/synthetic.h"
+#include "fp4moe/tuning_cache.h"
+#include "fp4moe/version.h"
+#ifdef FP4MOE_WITH_CUDA
+#include "fp4moe/layer.h"
+#include "fp4moe/tune.h"
+#endif
+
+namespace fp4moe::cli {
+namespace {
+
+struct TuneArgs {
+  ShapeArgs shape;
+  std::string tokens, json;
+  int iters = 10;
+  uint64_t seed = 1;
+};
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t pos = 0;
+      const long long t = std::stoll(item, &pos);
+      FP4MOE_CHECK(pos == item.size() && t >= 1, "--tokens: '", item, "' is not a token count >= 1");
+      v.push_back(nearest_bucket(t));
+    } catch (const std::logic_error&) {
+      FP4MOE_FAIL("--tokens: '", item, "' is not a number");
+    }
+  }
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+void run_tune(const TuneArgs& a) {
+  const MoeConfig cfg = a.shape.resolve();
+#ifndef FP4MOE_WITH_CUDA
+  (void)cfg;
+  FP4MOE_FAIL("tune: this build has no CUDA");
+#else
+  const auto t0 = std::chrono::steady_clock::now();
+  const CudaEnvironment env = query_cuda_environment();
+  FP4MOE_CHECK(!env.devices.empty(), "tune: no usable GPU (", env.error, ")");
+  SyntheticOptions so;
+  so.seed = a.seed;
+  const MoeWeights w = make_synthetic_moe(cfg, so);
+  LayerOptions lo;
+  lo.use_tuning_cache = false;
+  std::unique_ptr<GpuMoeLayer> layer = GpuMoeLayer::create(w, lo);
+  TuneOptions o;
+  o.iters = a.iters;
+  o.seed = a.seed;
+  if (!a.tokens.empty()) o.buckets = parse_list(a.tokens);
+  const bool tty = isatty(fileno(stderr));
+  o.progress = [tty](const std::string& what, double frac) {
+    if (tty) {
+      const int width = 30, filled = static_cast<int>(frac * width);
+      std::fprintf(stderr, "\r\033[K[%.*s%*s] %3.0f%% %s", filled, "==============================", width - filled,
+                   "", frac * 100, what.c_str());
+    } else {
+      std::fprintf(stderr, "tune %3.0f%% %s\n", frac * 100, what.c_str());
+    }
+  };
+  const std::vector<TuneResult> results = tune_layer(*layer, w, o);
+  if (tty) std::fprintf(stderr, "\r\033[K");
+  const CacheIdentity id = current_cache_identity();
+  const std::string path = TuningCache::file_for(id.sm, FP4MOE_VERSION);
+  std::vector<std::string> warnings;
+  TuningCache::merge_into_file(path, cache_entries(results, id), &warnings);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("tuned %s (H %lld, I %lld, E %d, top-%d) on %s in %.1f s (weights, upload and tuning)\n",
+              cfg.name.c_str(), static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.intermediate),
+              cfg.num_experts, cfg.routing.top_k, id.gpu.c_str(), secs);
+  for (const TuneResult& r : results) {
+    std::printf("%s %lld x %lld (%s), bucket T=%lld: winner %s %.1f us",
+                r.gemm.epilogue == Epilogue::kSwiglu ? "FC1" : "FC2", static_cast<long long>(r.gemm.n_out),
+                static_cast<long long>(r.gemm.k), to_string(r.gemm.epilogue), static_cast<long long>(r.bucket),
+                format_tactic(r.timed[0].tactic).c_str(), r.timed[0].time_us);
+    if (r.timed.size() > 1)
+      std::printf("; runner-up %s %.1f us (+%.1f%%)", format_tactic(r.timed[1].tactic).c_str(), r.timed[1].time_us,
+                  100.0 * (r.timed[1].time_us / r.timed[0].time_us - 1));
+    std::printf("\n");
+    for (size_t i = 2; i < r.timed.size(); ++i)
+      std::printf("    %-44s %.1f us\n", format_tactic(r.timed[i].tactic).c_str(), r.timed[i].time_us);
+    for (const auto& x : r.rejected)
+      std::printf("    rejected %-35s %s\n", format_tactic(x.tactic).c_str(), x.reason.c_str());
+  }
+  for (const auto& w2 : warnings) std::printf("warning: %s\n", w2.c_str());
+  std::printf("wrote %s\n", path.c_str());
+  if (!a.json.empty()) {
+    nlohmann::json j = {{"gpu", id.gpu}, {"seconds", secs}, {"results", nlohmann::json::array()}};
+    for (const TuneResult& r : results) {
+      nlohmann::json t = nlohmann::json::array(), x = nlohmann::json::array();
+      for (const auto& c : r.timed) t.push_back({{"tactic", format_tactic(c.tactic)}, {"us", c.time_us}});
+      for (const auto& c : r.rejected) x.push_back({{"tactic", format_tactic(c.tactic)}, {"reason", c.reason}});
+      j["results"].push_back({{"gemm", r.gemm.epilogue == Epilogue::kSwiglu ? "fc1" : "fc2"}, {"bucket", r.bucket},
+                              {"timed", t}, {"rejected", x}});
+    }
+    std::ofstream(a.json) << j.dump(1) << "\n";
+  }
+#endif
+}
+
+struct CacheArgs {
+  std::string action;
+  std::string file;
+};
+
+void run_cache(const CacheArgs& a) {
+  namespace fs = std::filesystem;
+  const std::string dir = TuningCache::directory();
+  std::vector<std::string> files;
+  if (!a.file.empty()) files = {a.file};
+  else if (fs::is_directory(dir))
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".json" && e.path().filename().string().rfind("tuning-", 0) == 0)
+        files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  if (a.action == "path") {
+    const CudaEnvironment env = query_cuda_environment();
+    std::printf("cache directory: %s\n", dir.c_str());
+    if (!env.devices.empty())
+      std::printf("this GPU's file: %s\n", TuningCache::file_for(env.devices[0].sm, FP4MOE_VERSION).c_str());
+    return;
+  }
+  if (a.action == "list") {
+    if (files.empty()) std::printf("no tuning cache files in %s\n", dir.c_str());
+    for (const auto& f : files) {
+      std::vector<std::string> w;
+      const TuningCache c = TuningCache::load(f, &w);
+      std::printf("%s: %zu entries%s\n", f.c_str(), c.entries().size(), w.empty() ? "" : " (see warnings)");
+      for (const auto& x : w) std::printf("  warning: %s\n", x.c_str());
+    }
+    return;
+  }
+  if (a.action == "show") {
+    for (const auto& f : files) {
+      std::vector<std::string> w;
+      const TuningCache c = TuningCache::load(f, &w);
+      std::printf("%s\n", f.c_str());
+      for (const auto& x : w) std::printf("  warning: %s\n", x.c_str());
+      for (const CacheEntry& e : c.entries())
+        std::printf("  %s sm_%d driver %d lib %s | %lld x %lld %s T=%-6lld | %s %.1f us | runner-up %s %.1f us\n",
+                    e.id.gpu.c_str(), e.id.sm, e.id.driver, e.id.library.c_str(), static_cast<long long>(e.gemm.n_out),
+                    static_cast<long long>(e.gemm.k), to_string(e.gemm.epilogue), static_cast<long long>(e.bucket),
+                    format_tactic(e.winner).c_str(), e.time_us,
+                    e.runner_up ? format_tactic(*e.runner_up).c_str() : "-", e.runner_up_us);
+    }
+    if (files.empty()) std::printf("no tuning cache files in %s\n", dir.c_str());
+    return;
+  }
+  // clear
+  for (const auto& f : files) {
+    fs::remove(f);
+    fs::remove(f + ".lock");
+    std::printf("removed %s\n", f.c_str());
+  }
+  if (files.empty()) std::printf("nothing to remove in %s\n", dir.c_str());
+}
+
+}  // namespace
+
+void register_tune(CLI::App& app) {
+  auto a = std::make_shared<TuneArgs>();
+  auto* cmd = app.add_subcommand("tune", "Measure every admissible tactic per GEMM and token bucket; store the winners");
+  a->shape.add_to(cmd);
+  cmd->add_option("--tokens", a->tokens, "Token counts to tune (each goes to its bucket); default all buckets <= 16384");
+  cmd->add_option("--iters", a->iters, "Timed runs per candidate (median)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--seed", a->seed, "Seed of the synthetic weights and batches");
+  cmd->add_option("--json", a->json, "Also write every timed and rejected tactic as JSON");
+  cmd->callback([a] { run_tune(*a); });
+
+  auto c = std::make_shared<CacheArgs>();
+  auto* cc = app.add_subcommand("cache", "The tuning cache: path, list, show or clear");
+  cc->add_option("action", c->action, "path | list | show | clear")->required()->check(CLI::IsMember({"path", "list", "show", "clear"}));
+  cc->add_option("--file", c->file, "A cache file instead of every file in the cache directory");
+  cc->callback([c] { run_cache(*c); });
+}
+
+}  // namespace fp4moe::cli

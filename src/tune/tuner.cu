@@ -1,0 +1,203 @@
+// The autotuner (see include/fp4moe/tune.h).
+//
+// Per bucket T: one random batch of T tokens; the heuristic plan runs once to fix the routing
+// (the same for every candidate: same logits) and the float64 reference is computed for the
+// first verify_tokens tokens only. Then for FC1 each candidate runs with the heuristic FC2, for
+// FC2 with the FC1 winner; a candidate's stage time is the median, over `iters` runs after
+// `warmup`, of the events around its stage, with the L2 flushed (untimed) before each run.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "fp4moe/bf16.h"
+#include "fp4moe/error.h"
+#include "fp4moe/hw.h"
+#include "fp4moe/resource_model.h"
+#include "fp4moe/synthetic.h"
+#include "fp4moe/tune.h"
+#include "fp4moe/version.h"
+#include "kernels/common/cuda_check.h"
+#include "runtime/device_buffer.h"
+#include "runtime/l2_flush.h"
+
+namespace fp4moe {
+namespace {
+
+struct Batch {
+  int64_t tokens = 0;
+  DeviceBuffer hidden, logits, out;
+  std::vector<std::vector<double>> reference_rows;  // [verify token][H]
+};
+
+double rel_error_rows(const std::vector<uint16_t>& out, int64_t hidden, const std::vector<std::vector<double>>& ref) {
+  double num = 0, den = 0;
+  for (size_t t = 0; t < ref.size(); ++t)
+    for (int64_t h = 0; h < hidden; ++h) {
+      const double v = Bf16::from_bits(out[t * hidden + h]).to_float();
+      if (!std::isfinite(v)) return INFINITY;
+      num += (v - ref[t][h]) * (v - ref[t][h]);
+      den += ref[t][h] * ref[t][h];
+    }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+}  // namespace
+
+CacheIdentity current_cache_identity() {
+  const CudaEnvironment env = query_cuda_environment();
+  FP4MOE_CHECK(!env.devices.empty(), "tuning: no usable GPU (", env.error, ")");
+  return CacheIdentity{env.devices[0].name, env.devices[0].sm, env.driver_version, FP4MOE_VERSION};
+}
+
+GemmKey fc1_key(const MoeConfig& cfg) { return GemmKey{2 * cfg.intermediate, cfg.hidden, Epilogue::kSwiglu}; }
+GemmKey fc2_key(const MoeConfig& cfg) { return GemmKey{cfg.hidden, cfg.intermediate, Epilogue::kFinalize}; }
+
+std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, const TuneOptions& opt) {
+  const MoeConfig& cfg = layer.config();
+  const GpuSpec gpu = query_cuda_environment().devices.at(0);
+  std::vector<int64_t> buckets = opt.buckets;
+  if (buckets.empty())
+    for (int64_t b : token_buckets())
+      if (b <= 16384) buckets.push_back(b);
+  FP4MOE_CHECK(opt.iters >= 1 && opt.warmup >= 0, "tuning: iters must be >= 1");
+  layer.reserve(*std::max_element(buckets.begin(), buckets.end()));
+  L2Flusher flusher(gpu.l2_bytes);
+  cudaStream_t s;
+  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t ev[4];
+  for (auto& e : ev) FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
+  void* const evp[4] = {ev[0], ev[1], ev[2], ev[3]};
+
+  // Candidates: every compiled tactic of the GEMM's epilogue; the model rejects what cannot run.
+  auto candidates = [&](Epilogue ep, TuneResult& r) {
+    std::vector<Tactic> ok;
+    for (const Tactic& t : compiled_w4a16_tactics()) {
+      if (t.epilogue != ep) continue;
+      ModelOptions mo;
+      mo.experts = cfg.num_experts + (cfg.has_shared_expert() ? 1 : 0);
+      const ResourceReport rep = model_resources(t, gpu, DataType::kNvfp4, mo);
+      if (rep.fits) ok.push_back(t);
+      else r.rejected.push_back({t, "resource model: " + rep.reason});
+    }
+    return ok;
+  };
+
+  std::vector<TuneResult> results;
+  const double total = 2.0 * buckets.size();
+  double done = 0;
+  for (int64_t T : buckets) {
+    Batch b;
+    b.tokens = T;
+    const std::vector<float> hidden = make_hidden_states(T, cfg.hidden, opt.seed + T);
+    const std::vector<float> logits = make_router_logits(T, cfg.num_experts, opt.seed + T);
+    std::vector<uint16_t> hb(hidden.size());
+    for (size_t i = 0; i < hidden.size(); ++i) hb[i] = Bf16::from_float(hidden[i]).bits;
+    b.hidden.resize(hb.size() * 2);
+    b.logits.resize(logits.size() * 4);
+    b.out.resize(T * cfg.hidden * 2);
+    FP4MOE_CUDA_CHECK(cudaMemcpy(b.hidden.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(b.logits.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+    // The routing (from the heuristic plan; every candidate routes the same) and the reference
+    // for the first tokens.
+    const LayerPlan heuristic = layer.plan_for_heuristic(T);
+    layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), s, &heuristic);
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    const int64_t nv = std::min<int64_t>(T, opt.verify_tokens);
+    Routing sub;
+    sub.tokens = nv;
+    sub.top_k = cfg.routing.top_k;
+    sub.ids.resize(nv * sub.top_k);
+    sub.weights.resize(sub.ids.size());
+    FP4MOE_CUDA_CHECK(cudaMemcpy(sub.ids.data(), layer.topk_ids(), sub.ids.size() * 4, cudaMemcpyDeviceToHost));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(sub.weights.data(), layer.topk_weights(), sub.weights.size() * 4, cudaMemcpyDeviceToHost));
+    const std::vector<float> sub_hidden(hidden.begin(), hidden.begin() + nv * cfg.hidden);
+    const std::vector<double> ref = moe_reference(w, sub_hidden, nv, sub);
+    for (int64_t t = 0; t < nv; ++t)
+      b.reference_rows.emplace_back(ref.begin() + t * cfg.hidden, ref.begin() + (t + 1) * cfg.hidden);
+
+    // One candidate plan: verified, then its `stage` (1 = FC1, 2 = FC2) timed.
+    auto measure = [&](const LayerPlan& plan, int stage, TuneResult& r, const Tactic& t) -> double {
+      try {
+        FP4MOE_CUDA_CHECK(cudaMemsetAsync(b.out.get(), 0xFF, b.out.bytes(), s));
+        layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), s, &plan);
+        FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+        std::vector<uint16_t> out(nv * cfg.hidden);
+        FP4MOE_CUDA_CHECK(cudaMemcpy(out.data(), b.out.get(), out.size() * 2, cudaMemcpyDeviceToHost));
+        const double err = rel_error_rows(out, cfg.hidden, b.reference_rows);
+        if (!(err < opt.max_rel_error)) {
+          r.rejected.push_back({t, "wrong result: relative error " + std::to_string(err) + " vs the reference"});
+          return -1;
+        }
+        std::vector<double> times;
+        for (int i = 0; i < opt.warmup + opt.iters; ++i) {
+          flusher.flush(s);
+          layer.forward_with_events(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), s,
+                                    evp, &plan);
+          FP4MOE_CUDA_CHECK(cudaEventSynchronize(ev[3]));
+          float ms = 0;
+          FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[stage], ev[stage + 1]));
+          if (i >= opt.warmup) times.push_back(ms * 1e3);
+        }
+        std::sort(times.begin(), times.end());
+        return times[times.size() / 2];
+      } catch (const Error& e) {
+        // A failed launch must not poison the next candidate: clear the error state; a sticky
+        // error (the context is lost) cannot be cleared and ends the tuning with its culprit.
+        cudaGetLastError();
+        const cudaError_t sticky = cudaDeviceSynchronize();
+        FP4MOE_CHECK(sticky == cudaSuccess, "tuning: tactic ", format_tactic(t), " left the GPU context unusable (",
+                     cudaGetErrorString(sticky), "); rerun without it");
+        r.rejected.push_back({t, std::string("launch failed: ") + e.what()});
+        return -1;
+      }
+    };
+
+    Tactic fc1_best = heuristic.fc1;
+    for (int stage : {1, 2}) {
+      TuneResult r;
+      r.bucket = T;
+      r.gemm = stage == 1 ? fc1_key(cfg) : fc2_key(cfg);
+      for (const Tactic& t : candidates(stage == 1 ? Epilogue::kSwiglu : Epilogue::kFinalize, r)) {
+        if (opt.progress)
+          opt.progress("T=" + std::to_string(T) + (stage == 1 ? " FC1 " : " FC2 ") + format_tactic(t), done / total);
+        LayerPlan plan = heuristic;
+        if (stage == 1) plan.fc1 = t;
+        else {
+          plan.fc1 = fc1_best;
+          plan.fc2 = t;
+        }
+        const double us = measure(plan, stage, r, t);
+        if (us >= 0) r.timed.push_back({t, us});
+      }
+      std::sort(r.timed.begin(), r.timed.end(), [](const auto& a, const auto& c) { return a.time_us < c.time_us; });
+      FP4MOE_CHECK(!r.timed.empty(), "tuning: no tactic of ", stage == 1 ? "FC1" : "FC2", " works at T = ", T);
+      if (stage == 1) fc1_best = r.timed.front().tactic;
+      results.push_back(std::move(r));
+      done += 1;
+    }
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  cudaStreamDestroy(s);
+  return results;
+}
+
+std::vector<CacheEntry> cache_entries(const std::vector<TuneResult>& results, const CacheIdentity& id) {
+  std::vector<CacheEntry> out;
+  for (const TuneResult& r : results) {
+    CacheEntry e;
+    e.id = id;
+    e.gemm = r.gemm;
+    e.bucket = r.bucket;
+    e.winner = r.timed.at(0).tactic;
+    e.time_us = r.timed[0].time_us;
+    if (r.timed.size() > 1) {
+      e.runner_up = r.timed[1].tactic;
+      e.runner_up_us = r.timed[1].time_us;
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace fp4moe

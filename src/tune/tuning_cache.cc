@@ -1,0 +1,217 @@
+// The persistent tuning cache (see include/fp4moe/tuning_cache.h).
+#include "fp4moe/tuning_cache.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "fp4moe/error.h"
+#include "fp4moe/version.h"
+
+namespace fp4moe {
+namespace {
+
+using json = nlohmann::json;
+constexpr const char* kSchema = "fp4moe-tuning/1";
+
+json to_json(const CacheEntry& e) {
+  json j = {{"gpu", e.id.gpu},
+            {"sm", e.id.sm},
+            {"driver", e.id.driver},
+            {"library", e.id.library},
+            {"gemm", {{"n_out", e.gemm.n_out}, {"k", e.gemm.k}, {"epilogue", to_string(e.gemm.epilogue)}}},
+            {"bucket", e.bucket},
+            {"winner", format_tactic(e.winner)},
+            {"time_us", e.time_us}};
+  if (e.runner_up) {
+    j["runner_up"] = format_tactic(*e.runner_up);
+    j["runner_up_us"] = e.runner_up_us;
+  }
+  return j;
+}
+
+Epilogue epilogue_from(const std::string& s) {
+  if (s == "none") return Epilogue::kNone;
+  if (s == "swiglu") return Epilogue::kSwiglu;
+  if (s == "finalize") return Epilogue::kFinalize;
+  FP4MOE_FAIL("unknown epilogue '", s, "'");
+}
+
+CacheEntry from_json(const json& j) {
+  CacheEntry e;
+  e.id.gpu = j.at("gpu").get<std::string>();
+  e.id.sm = j.at("sm").get<int>();
+  e.id.driver = j.at("driver").get<int>();
+  e.id.library = j.at("library").get<std::string>();
+  e.gemm.n_out = j.at("gemm").at("n_out").get<int64_t>();
+  e.gemm.k = j.at("gemm").at("k").get<int64_t>();
+  e.gemm.epilogue = epilogue_from(j.at("gemm").at("epilogue").get<std::string>());
+  e.bucket = j.at("bucket").get<int64_t>();
+  e.winner = parse_tactic(j.at("winner").get<std::string>());
+  e.time_us = j.at("time_us").get<double>();
+  if (j.contains("runner_up")) {
+    e.runner_up = parse_tactic(j.at("runner_up").get<std::string>());
+    e.runner_up_us = j.at("runner_up_us").get<double>();
+  }
+  return e;
+}
+
+bool same_slot(const CacheEntry& a, const CacheEntry& b) {
+  return a.id == b.id && a.gemm == b.gemm && a.bucket == b.bucket;
+}
+
+// Parses file text; problems are warnings, never errors.
+std::vector<CacheEntry> parse(const std::string& text, const std::string& path, std::vector<std::string>* w) {
+  auto warn = [&](const std::string& m) { if (w) w->push_back(path + ": " + m); };
+  std::vector<CacheEntry> out;
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    warn(std::string("corrupt tuning cache ignored (") + e.what() + ")");
+    return out;
+  }
+  if (!j.is_object() || j.value("schema", "") != kSchema) {
+    warn("not an fp4moe tuning cache (schema " + (j.is_object() ? j.value("schema", "?") : "?") + "): ignored");
+    return out;
+  }
+  if (j.value("library", "") != FP4MOE_VERSION) {
+    warn("written by fp4moe " + j.value("library", "?") + ", this is " + FP4MOE_VERSION + ": ignored");
+    return out;
+  }
+  if (!j.contains("entries") || !j["entries"].is_array()) {
+    warn("no entries array: ignored");
+    return out;
+  }
+  for (const auto& e : j["entries"]) {
+    try {
+      out.push_back(from_json(e));
+    } catch (const std::exception& ex) {
+      warn(std::string("malformed entry skipped (") + ex.what() + ")");
+    }
+  }
+  return out;
+}
+
+std::string render(const std::vector<CacheEntry>& entries, int sm) {
+  json j = {{"schema", kSchema}, {"library", FP4MOE_VERSION}, {"arch", "sm_" + std::to_string(sm)}};
+  j["entries"] = json::array();
+  for (const auto& e : entries) j["entries"].push_back(to_json(e));
+  return j.dump(1) + "\n";
+}
+
+}  // namespace
+
+const std::vector<int64_t>& token_buckets() {
+  static const std::vector<int64_t> b = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384, 65536};
+  return b;
+}
+
+int64_t nearest_bucket(int64_t tokens) {
+  FP4MOE_CHECK(tokens >= 1, "nearest_bucket: tokens must be >= 1");
+  const double lt = std::log2(static_cast<double>(tokens));
+  int64_t best = token_buckets().front();
+  double best_d = 1e30;
+  for (int64_t b : token_buckets()) {
+    const double d = std::fabs(std::log2(static_cast<double>(b)) - lt);
+    if (d < best_d - 1e-12) {
+      best_d = d;
+      best = b;
+    }
+  }
+  return best;
+}
+
+std::string TuningCache::directory() {
+  if (const char* d = std::getenv("FP4MOE_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/fp4moe";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.cache/fp4moe";
+}
+
+std::string TuningCache::file_for(int sm, const std::string& library_version) {
+  return directory() + "/tuning-" + library_version + "-sm_" + std::to_string(sm) + ".json";
+}
+
+TuningCache TuningCache::load(const std::string& path, std::vector<std::string>* warnings) {
+  TuningCache c;
+  c.path_ = path;
+  std::ifstream f(path);
+  if (!f.good()) return c;  // no cache yet
+  std::stringstream ss;
+  ss << f.rdbuf();
+  c.entries_ = parse(ss.str(), path, warnings);
+  return c;
+}
+
+std::optional<CacheEntry> TuningCache::find(const CacheIdentity& id, const GemmKey& g, int64_t bucket) const {
+  for (const auto& e : entries_)
+    if (e.id == id && e.gemm == g && e.bucket == bucket) return e;
+  return std::nullopt;
+}
+
+std::optional<CacheEntry> TuningCache::lookup(const CacheIdentity& id, const GemmKey& g, int64_t tokens) const {
+  return find(id, g, nearest_bucket(tokens));
+}
+
+int TuningCache::foreign_entries(const CacheIdentity& id) const {
+  int n = 0;
+  for (const auto& e : entries_) n += !(e.id == id);
+  return n;
+}
+
+void TuningCache::put(const CacheEntry& e) {
+  for (auto& x : entries_)
+    if (same_slot(x, e)) {
+      x = e;
+      return;
+    }
+  entries_.push_back(e);
+}
+
+TuningCache TuningCache::merge_into_file(const std::string& path, const std::vector<CacheEntry>& entries,
+                                         std::vector<std::string>* warnings) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  if (p.has_parent_path()) fs::create_directories(p.parent_path());
+  // Exclusive lock on a side file, held while reading, merging and replacing the cache.
+  const std::string lock_path = path + ".lock";
+  const int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR, 0644);
+  FP4MOE_CHECK(fd >= 0, lock_path, ": cannot open the lock file");
+  if (::flock(fd, LOCK_EX) != 0) {
+    ::close(fd);
+    FP4MOE_FAIL(lock_path, ": cannot lock");
+  }
+  TuningCache merged;
+  try {
+    merged = load(path, warnings);
+    for (const auto& e : entries) merged.put(e);
+    const int sm = entries.empty() ? (merged.entries_.empty() ? 0 : merged.entries_[0].id.sm) : entries[0].id.sm;
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    {
+      std::ofstream f(tmp, std::ios::trunc);
+      FP4MOE_CHECK(f.good(), tmp, ": cannot write");
+      f << render(merged.entries_, sm);
+      f.flush();
+      FP4MOE_CHECK(f.good(), tmp, ": write failed");
+    }
+    fs::rename(tmp, path);  // atomic replacement: readers see the old or the new file, whole
+  } catch (...) {
+    ::flock(fd, LOCK_UN);
+    ::close(fd);
+    throw;
+  }
+  ::flock(fd, LOCK_UN);
+  ::close(fd);
+  merged.path_ = path;
+  return merged;
+}
+
+}  // namespace fp4moe

@@ -1,0 +1,131 @@
+// Tuning cache: round trip, corrupt and foreign files (reported, ignored), identity matching,
+// concurrent writers (two processes merging at once lose nothing), and the bucket rule.
+#include "fp4moe/tuning_cache.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "fp4moe/version.h"
+#include "support/oracle.h"
+
+namespace fp4moe {
+namespace {
+
+namespace fs = std::filesystem;
+
+CacheEntry entry(int64_t bucket, int tokens_tile, const std::string& gpu = "NVIDIA H200") {
+  CacheEntry e;
+  e.id = CacheIdentity{gpu, 90, 13000, FP4MOE_VERSION};
+  e.gemm = GemmKey{4096, 6144, Epilogue::kSwiglu};
+  e.bucket = bucket;
+  e.winner = Tactic{Family::kW4a16Mma, 128, tokens_tile, 256, 4, 8, 1, Epilogue::kSwiglu, false};
+  e.time_us = 10.0 * bucket;
+  e.runner_up = Tactic{Family::kW4a16Mma, 64, tokens_tile, 256, 4, 4, 1, Epilogue::kSwiglu, false};
+  e.runner_up_us = 11.0 * bucket;
+  return e;
+}
+
+std::string fresh(const std::string& name) {
+  const auto p = test::temp_dir() / name;
+  fs::remove(p);
+  fs::remove(p.string() + ".lock");
+  return p.string();
+}
+
+TEST(TuningCache, RoundTripAndLookup) {
+  const std::string path = fresh("cache_rt.json");
+  TuningCache::merge_into_file(path, {entry(1, 8), entry(16, 8), entry(256, 16)});
+  TuningCache::merge_into_file(path, {entry(16, 16)});  // replaces bucket 16
+  std::vector<std::string> w;
+  const TuningCache c = TuningCache::load(path, &w);
+  EXPECT_TRUE(w.empty());
+  ASSERT_EQ(c.entries().size(), 3u);
+  const CacheIdentity id = entry(1, 8).id;
+  const GemmKey g = entry(1, 8).gemm;
+  const auto e = c.find(id, g, 16);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->winner.tile_tokens, 16);
+  EXPECT_DOUBLE_EQ(e->time_us, 160.0);
+  ASSERT_TRUE(e->runner_up);
+  EXPECT_EQ(e->runner_up->warps, 4);
+  EXPECT_EQ(c.lookup(id, g, 300)->bucket, 256);  // nearest bucket
+  EXPECT_FALSE(c.lookup(id, g, 4));               // bucket 4 not tuned
+  EXPECT_FALSE(c.find(id, GemmKey{4096, 6144, Epilogue::kFinalize}, 16));
+  CacheIdentity other = id;
+  other.driver = 12090;
+  EXPECT_FALSE(c.find(other, g, 16)) << "another driver's measurement must not be used";
+  EXPECT_EQ(c.foreign_entries(other), 3);
+}
+
+TEST(TuningCache, CorruptAndForeignFilesAreReportedAndIgnored) {
+  const std::string path = fresh("cache_bad.json");
+  std::ofstream(path) << "{ this is not json";
+  std::vector<std::string> w;
+  EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("corrupt"), std::string::npos) << w[0];
+  // A merge over a corrupt file replaces it (with a warning), never fails.
+  w.clear();
+  EXPECT_EQ(TuningCache::merge_into_file(path, {entry(1, 8)}, &w).entries().size(), 1u);
+  EXPECT_FALSE(w.empty());
+  std::ofstream(path) << R"({"schema": "fp4moe-tuning/1", "library": "0.0.1", "entries": []})";
+  w.clear();
+  EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("0.0.1"), std::string::npos) << w[0];
+  std::ofstream(path) << R"({"schema": "fp4moe-tuning/1", "library": ")" << FP4MOE_VERSION
+                      << R"(", "entries": [{"gpu": "x"}, )" << "{\"gpu\": 3}]}";
+  w.clear();
+  EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
+  EXPECT_EQ(w.size(), 2u);  // both malformed entries reported
+  EXPECT_TRUE(TuningCache::load(fresh("cache_missing.json"), &w).entries().empty());  // no file: fine
+}
+
+TEST(TuningCache, ConcurrentWritersLoseNothing) {
+  const std::string path = fresh("cache_concurrent.json");
+  constexpr int kPerWriter = 40;
+  pid_t kids[2];
+  for (int k = 0; k < 2; ++k) {
+    kids[k] = fork();
+    ASSERT_GE(kids[k], 0);
+    if (kids[k] == 0) {
+      for (int i = 0; i < kPerWriter; ++i)
+        TuningCache::merge_into_file(path, {entry(1000 * (k + 1) + i, 8, k ? "GPU B" : "GPU A")});
+      _exit(0);
+    }
+  }
+  for (pid_t p : kids) {
+    int status = 0;
+    waitpid(p, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  std::vector<std::string> w;
+  const TuningCache c = TuningCache::load(path, &w);
+  EXPECT_TRUE(w.empty()) << w[0];
+  EXPECT_EQ(c.entries().size(), 2u * kPerWriter);
+}
+
+TEST(TuningCache, BucketsAndDirectory) {
+  EXPECT_EQ(nearest_bucket(1), 1);
+  EXPECT_EQ(nearest_bucket(3), 4);
+  EXPECT_EQ(nearest_bucket(5), 4);
+  EXPECT_EQ(nearest_bucket(6), 8);
+  EXPECT_EQ(nearest_bucket(300), 256);
+  EXPECT_EQ(nearest_bucket(512), 256);   // equidistant from 256 and 1024: the smaller
+  EXPECT_EQ(nearest_bucket(600), 1024);
+  EXPECT_EQ(nearest_bucket(100000), 65536);
+  setenv("FP4MOE_CACHE_DIR", "/tmp/fp4moe-cache-test", 1);
+  EXPECT_EQ(TuningCache::directory(), "/tmp/fp4moe-cache-test");
+  EXPECT_EQ(TuningCache::file_for(90, "1.2.3"), "/tmp/fp4moe-cache-test/tuning-1.2.3-sm_90.json");
+  unsetenv("FP4MOE_CACHE_DIR");
+  setenv("XDG_CACHE_HOME", "/x", 1);
+  EXPECT_EQ(TuningCache::directory(), "/x/fp4moe");
+  unsetenv("XDG_CACHE_HOME");
+}
+
+}  // namespace
+}  // namespace fp4moe

@@ -1,0 +1,50 @@
+// The autotuner on a small layer: every compiled tactic is either timed (after verification)
+// or rejected with a reason; winners go to the cache, and a layer given the cache plans with them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "fp4moe/layer.h"
+#include "fp4moe/synthetic.h"
+#include "fp4moe/tune.h"
+#include "gpu_test_util.h"
+#include "support/oracle.h"
+
+namespace fp4moe {
+namespace {
+
+TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
+  FP4MOE_REQUIRE_GPU();
+  MoeConfig cfg = MoeConfig::glm5_tp8();
+  cfg.num_experts = 32;
+  cfg.hidden = 1024;
+  SyntheticOptions so;
+  so.seed = 3;
+  const MoeWeights w = make_synthetic_moe(cfg, so);
+  LayerOptions lo;
+  lo.use_tuning_cache = false;
+  auto layer = GpuMoeLayer::create(w, lo);
+  TuneOptions o;
+  o.buckets = {4, 256};
+  o.iters = 3;
+  const std::vector<TuneResult> results = tune_layer(*layer, w, o);
+  ASSERT_EQ(results.size(), 4u);  // 2 buckets x (FC1, FC2)
+  for (const TuneResult& r : results) {
+    EXPECT_EQ(r.timed.size() + r.rejected.size(), 8u) << "every compiled tactic is accounted for";
+    ASSERT_FALSE(r.timed.empty());
+    for (size_t i = 1; i < r.timed.size(); ++i) EXPECT_LE(r.timed[i - 1].time_us, r.timed[i].time_us);
+    for (const auto& x : r.rejected) std::printf("rejected %s: %s\n", format_tactic(x.tactic).c_str(), x.reason.c_str());
+  }
+  const CacheIdentity id = current_cache_identity();
+  const std::string path = (test::temp_dir() / "tuner_cache.json").string();
+  std::filesystem::remove(path);
+  auto cache = std::make_shared<TuningCache>(TuningCache::merge_into_file(path, cache_entries(results, id)));
+  layer->set_tuning_cache(cache);
+  EXPECT_EQ(layer->plan_source(3), "cache/cache");
+  EXPECT_EQ(layer->plan_for(3).fc1, results[0].timed[0].tactic);
+  EXPECT_EQ(layer->plan_for(300).fc2, results[3].timed[0].tactic);
+  EXPECT_EQ(layer->plan_source(16384), "heuristic/heuristic");  // bucket 16384 untuned
+}
+
+}  // namespace
+}  // namespace fp4moe
