@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a machine with a GPU, from already built binaries: the GPU tests, compute-sanitizer
-# (memcheck, racecheck) on small cases, and the benchmarks. Logs and JSON go to OUT_DIR.
-#   scripts/gpu_check.sh BIN_DIR OUT_DIR [tests|sanitize|bench|all]...
+# (memcheck, racecheck) on small cases, the tuner's acceptance, the benchmarks and a profile.
+# Logs and JSON go to OUT_DIR.
+#   scripts/gpu_check.sh BIN_DIR OUT_DIR [tests|sanitize|tune|checkpoint|bench|profile|all]...
 # BIN_DIR holds fp4moe and fp4moe_gpu_tests (a build tree's, or copies of them).
 set -uo pipefail
 bin=$1; out=$2; shift 2
@@ -27,6 +28,25 @@ if has sanitize; then
     > "$out/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -3 "$out/memcheck.log"
   timeout 150 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 "$bin/fp4moe_gpu_tests" \
     --gtest_filter="$small" > "$out/racecheck.log" 2>&1; echo "racecheck exit $?"; tail -3 "$out/racecheck.log"
+fi
+if has tune; then
+  # Tune glm5 at the default buckets into a fresh cache, then bench the layer with the cache and
+  # with the heuristic alone, twice each, interleaved: the spread between repeats is the noise.
+  export FP4MOE_CACHE_DIR="$out/cache"
+  echo "== tune glm5"; start=$(date +%s)
+  timeout 170 "$bin/fp4moe" tune --preset glm5 --json "$out/tune.json" > "$out/tune.txt" 2>/dev/null
+  echo "tune exit $? in $(( $(date +%s) - start )) s"
+  for round in 1 2; do
+    timeout 110 "$bin/fp4moe" bench --preset glm5 --json "$out/bench_cache_$round.json" > /dev/null 2>&1
+    timeout 110 "$bin/fp4moe" bench --preset glm5 --no-cache --json "$out/bench_heuristic_$round.json" > /dev/null 2>&1
+  done
+  unset FP4MOE_CACHE_DIR
+fi
+if has checkpoint; then
+  echo "== synthetic ModelOpt checkpoint, run on the GPU against the reference"
+  timeout 60 "$bin/fp4moe" synth "$out/ckpt" --hidden 1024 --intermediate 512 --experts 32 --top-k 4 --layers 2 --seed 7 | tail -1
+  timeout 60 "$bin/fp4moe" run --checkpoint "$out/ckpt" --layer 1 --device gpu --compare-reference -t 48 | tail -3
+  rm -rf "$out/ckpt"
 fi
 if has bench; then
   for p in glm5 glm5-tp8; do

@@ -1,7 +1,8 @@
 // fp4moe/tune.h - the autotuner: for each GEMM of a layer and each token bucket, every tactic
 // the resource model admits on the current GPU is launched, verified against the float64
 // reference on a sample of tokens (a wrong result rejects it, like a failed launch), and timed
-// (warm-up, median, L2 flushed before every run). Winners go to the tuning cache.
+// in the whole layer as a CUDA graph (warm-up, median, L2 flushed before every replay). Winners
+// go to the tuning cache.
 #pragma once
 
 #include <functional>
@@ -17,17 +18,20 @@ namespace fp4moe {
 struct TuneOptions {
   std::vector<int64_t> buckets;  // default: token_buckets() up to 16384
   int warmup = 2;
-  int iters = 10;
+  int iters = 15;
   uint64_t seed = 1;
   int verify_tokens = 4;  // tokens checked against the reference per bucket
   double max_rel_error = 1e-2;
+  // A candidate replaces the heuristic's tactic only if it is faster by more than this fraction
+  // (the run-to-run noise of the layer time): the cache never trades the heuristic for noise.
+  double keep_heuristic_margin = 0.025;
   // Called before each measurement with a short label and the fraction done.
   std::function<void(const std::string&, double)> progress;
 };
 
 struct TimedTactic {
   Tactic tactic;
-  double time_us = 0;  // median stage time
+  double time_us = 0;  // median time of the whole layer with this tactic in its GEMM
 };
 
 struct RejectedTactic {
@@ -38,7 +42,8 @@ struct RejectedTactic {
 struct TuneResult {
   GemmKey gemm;
   int64_t bucket = 0;
-  std::vector<TimedTactic> timed;  // fastest first
+  std::vector<TimedTactic> timed;  // the winner first, then fastest first
+  bool heuristic_kept = false;     // the winner is the heuristic's tactic, within the margin of timed[1]
   std::vector<RejectedTactic> rejected;
 };
 

@@ -11,6 +11,7 @@
 #include "fp4moe/error.h"
 #include "fp4moe/synthetic.h"
 #include "kernels/common/cuda_check.h"
+#include "runtime/captured_graph.h"
 #include "runtime/device_buffer.h"
 
 namespace fp4moe {
@@ -117,16 +118,10 @@ BenchReport run_bench(const BenchOptions& o) {
     // Ours: a CUDA graph of the whole layer, replayed.
     double t_ours;
     if (o.graph) {
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      layer->forward(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), stream, &plan);
-      FP4MOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-      FP4MOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      t_ours = median_event_time(o.warmup, o.iters, stream,
-                                 [&] { FP4MOE_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, before);
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
+      const CapturedGraph graph(stream, [&](cudaStream_t st) {
+        layer->forward(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), st, &plan);
+      });
+      t_ours = median_event_time(o.warmup, o.iters, stream, [&] { graph.launch(stream); }, before);
     } else {
       t_ours = median_event_time(o.warmup, o.iters, stream, [&] {
         layer->forward(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), stream, &plan);

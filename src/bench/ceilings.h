@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "runtime/event_timing.h"
 #include "runtime/l2_flush.h"
 
 namespace fp4moe {
@@ -21,11 +22,5 @@ double measure_read_bandwidth(int64_t bytes, int iters);
 double measure_cublas_bf16_flops(int n, int iters);
 Ceilings measure_ceilings(int iters = 10);
 
-// Median time in seconds of fn() between two events, `iters` times after `warmup` runs;
-// before each timed run, `before` (untimed) is enqueued.
-template <typename Fn, typename Before>
-double median_event_time(int warmup, int iters, cudaStream_t stream, Fn&& fn, Before&& before);
-
 }  // namespace fp4moe
 
-#include "bench/ceilings_timing.h"

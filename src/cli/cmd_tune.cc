@@ -27,7 +27,8 @@ namespace {
 struct TuneArgs {
   ShapeArgs shape;
   std::string tokens, json;
-  int iters = 10;
+  int iters = 15;
+  double margin = 0.025;
   uint64_t seed = 1;
 };
 
@@ -67,6 +68,7 @@ void run_tune(const TuneArgs& a) {
   std::unique_ptr<GpuMoeLayer> layer = GpuMoeLayer::create(w, lo);
   TuneOptions o;
   o.iters = a.iters;
+  o.keep_heuristic_margin = a.margin;
   o.seed = a.seed;
   if (!a.tokens.empty()) o.buckets = parse_list(a.tokens);
   const bool tty = isatty(fileno(stderr));
@@ -90,13 +92,14 @@ void run_tune(const TuneArgs& a) {
               cfg.name.c_str(), static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.intermediate),
               cfg.num_experts, cfg.routing.top_k, id.gpu.c_str(), secs);
   for (const TuneResult& r : results) {
-    std::printf("%s %lld x %lld (%s), bucket T=%lld: winner %s %.1f us",
+    std::printf("%s %lld x %lld (%s), bucket T=%lld: winner %s, layer %.1f us",
                 r.gemm.epilogue == Epilogue::kSwiglu ? "FC1" : "FC2", static_cast<long long>(r.gemm.n_out),
                 static_cast<long long>(r.gemm.k), to_string(r.gemm.epilogue), static_cast<long long>(r.bucket),
                 format_tactic(r.timed[0].tactic).c_str(), r.timed[0].time_us);
     if (r.timed.size() > 1)
-      std::printf("; runner-up %s %.1f us (+%.1f%%)", format_tactic(r.timed[1].tactic).c_str(), r.timed[1].time_us,
+      std::printf("; runner-up %s, layer %.1f us (%+.1f%%)", format_tactic(r.timed[1].tactic).c_str(), r.timed[1].time_us,
                   100.0 * (r.timed[1].time_us / r.timed[0].time_us - 1));
+    if (r.heuristic_kept) std::printf("; the heuristic's choice, kept: within the %.1f%% margin", 100 * a.margin);
     std::printf("\n");
     for (size_t i = 2; i < r.timed.size(); ++i)
       std::printf("    %-44s %.1f us\n", format_tactic(r.timed[i].tactic).c_str(), r.timed[i].time_us);
@@ -112,7 +115,7 @@ void run_tune(const TuneArgs& a) {
       for (const auto& c : r.timed) t.push_back({{"tactic", format_tactic(c.tactic)}, {"us", c.time_us}});
       for (const auto& c : r.rejected) x.push_back({{"tactic", format_tactic(c.tactic)}, {"reason", c.reason}});
       j["results"].push_back({{"gemm", r.gemm.epilogue == Epilogue::kSwiglu ? "fc1" : "fc2"}, {"bucket", r.bucket},
-                              {"timed", t}, {"rejected", x}});
+                              {"heuristic_kept", r.heuristic_kept}, {"timed", t}, {"rejected", x}});
     }
     std::ofstream(a.json) << j.dump(1) << "\n";
   }
@@ -183,7 +186,9 @@ void register_tune(CLI::App& app) {
   auto* cmd = app.add_subcommand("tune", "Measure every admissible tactic per GEMM and token bucket; store the winners");
   a->shape.add_to(cmd);
   cmd->add_option("--tokens", a->tokens, "Token counts to tune (each goes to its bucket); default all buckets <= 16384");
-  cmd->add_option("--iters", a->iters, "Timed runs per candidate (median)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--iters", a->iters, "Timed layer replays per candidate (median)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--margin", a->margin, "Keep the heuristic's tactic unless a candidate is faster by more than this fraction")
+      ->check(CLI::Range(0.0, 0.5));
   cmd->add_option("--seed", a->seed, "Seed of the synthetic weights and batches");
   cmd->add_option("--json", a->json, "Also write every timed and rejected tactic as JSON");
   cmd->callback([a] { run_tune(*a); });

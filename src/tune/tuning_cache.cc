@@ -121,7 +121,7 @@ int64_t nearest_bucket(int64_t tokens) {
   double best_d = 1e30;
   for (int64_t b : token_buckets()) {
     const double d = std::fabs(std::log2(static_cast<double>(b)) - lt);
-    if (d < best_d - 1e-12) {
+    if (d <= best_d + 1e-12) {  // ties go to the larger bucket (see tuning_cache.h)
       best_d = d;
       best = b;
     }

@@ -115,7 +115,9 @@ TEST(TuningCache, BucketsAndDirectory) {
   EXPECT_EQ(nearest_bucket(5), 4);
   EXPECT_EQ(nearest_bucket(6), 8);
   EXPECT_EQ(nearest_bucket(300), 256);
-  EXPECT_EQ(nearest_bucket(512), 256);   // equidistant from 256 and 1024: the smaller
+  EXPECT_EQ(nearest_bucket(512), 1024);  // equidistant from 256 and 1024: the larger
+  EXPECT_EQ(nearest_bucket(2048), 4096);
+  EXPECT_EQ(nearest_bucket(1500), 1024);
   EXPECT_EQ(nearest_bucket(600), 1024);
   EXPECT_EQ(nearest_bucket(100000), 65536);
   setenv("FP4MOE_CACHE_DIR", "/tmp/fp4moe-cache-test", 1);

@@ -32,7 +32,16 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
   for (const TuneResult& r : results) {
     EXPECT_EQ(r.timed.size() + r.rejected.size(), 8u) << "every compiled tactic is accounted for";
     ASSERT_FALSE(r.timed.empty());
-    for (size_t i = 1; i < r.timed.size(); ++i) EXPECT_LE(r.timed[i - 1].time_us, r.timed[i].time_us);
+    // Fastest first, except that the heuristic's tactic leads when within the margin of the fastest.
+    const size_t from = r.heuristic_kept ? 2 : 1;
+    for (size_t i = from; i < r.timed.size(); ++i) EXPECT_LE(r.timed[i - 1].time_us, r.timed[i].time_us);
+    if (r.heuristic_kept) {
+      ASSERT_GE(r.timed.size(), 2u);
+      const LayerPlan h = layer->plan_for_heuristic(r.bucket);
+      EXPECT_EQ(r.timed[0].tactic, r.gemm.epilogue == Epilogue::kSwiglu ? h.fc1 : h.fc2);
+      EXPECT_GT(r.timed[0].time_us, r.timed[1].time_us);
+      EXPECT_LE(r.timed[0].time_us, r.timed[1].time_us * (1 + o.keep_heuristic_margin));
+    }
     for (const auto& x : r.rejected) std::printf("rejected %s: %s\n", format_tactic(x.tactic).c_str(), x.reason.c_str());
   }
   const CacheIdentity id = current_cache_identity();

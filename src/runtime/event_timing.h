@@ -1,4 +1,4 @@
-// median_event_time (see ceilings.h).
+// median_event_time: how the benchmark, the ceilings and the tuner time GPU work.
 #pragma once
 
 #include <algorithm>
@@ -8,6 +8,8 @@
 
 namespace fp4moe {
 
+// Median time in seconds of fn() between two events, `iters` times after `warmup` runs;
+// before each timed run, `before` (untimed, e.g. an L2 flush) is enqueued.
 template <typename Fn, typename Before>
 double median_event_time(int warmup, int iters, cudaStream_t stream, Fn&& fn, Before&& before) {
   cudaEvent_t start, stop;
