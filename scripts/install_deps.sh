@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what fp4moe needs to build and test, and nothing that is already there.
 # Idempotent: when everything is present it prints nothing and exits 0.
-#   Debian packages: compiler, CMake, GoogleTest, CLI11, nlohmann-json.
+#   Debian packages: compiler, CMake, GoogleTest, CLI11, nlohmann-json; clang with its runtime
+#   (libFuzzer, ASan, UBSan) for the parser fuzz test.
 #   PyPI packages (pinned): the independent oracles some tests call (ml_dtypes, numpy,
 #   safetensors) and matplotlib for scripts/plot_bench.py.
 set -euo pipefail
 
 DEBIAN_PACKAGES=(g++ cmake make python3 python3-pip googletest libgtest-dev libcli11-dev
-                 nlohmann-json3-dev)
+                 nlohmann-json3-dev clang libclang-rt-dev)
 PYTHON_PACKAGES=("numpy==2.2.6" "ml_dtypes==0.5.3" "safetensors==0.6.2" "matplotlib==3.10.7")
 
 missing=()
