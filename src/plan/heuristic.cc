@@ -4,12 +4,16 @@
 #include <algorithm>
 #include <cmath>
 
+#include "fp4moe/error.h"
+#include "fp4moe/resource_model.h"
+
 namespace fp4moe {
 namespace {
 
-// The compiled decode tactics (src/kernels/inst): 4 stages while a stage stays small enough
-// for 2 CTAs per SM, 3 beyond; 8 warps (16 per SM: the dequantization is issue-bound and needs
-// the latency hiding) except for the 128 x 32 tile, whose 2 x 2 warps fit 4.
+// The compiled decode tactics (src/kernels/inst): 4 stages up to 16 tokens per tile (2 CTAs per
+// SM on the H200), 3 beyond (still 2 CTAs per SM for 128 x 32; the 128 x 64 tile's 155 KB leave
+// one); 8 warps (16 per SM: the dequantization is issue-bound and needs the latency hiding)
+// except for the 128 x 32 tile, whose 2 x 2 warps fit 4.
 Tactic decode_tactic(int rows, int tokens, Epilogue ep) {
   const int stages = (rows == 64 && tokens <= 16) || (rows == 128 && tokens <= 16) ? 4 : 3;
   const int warps = rows == 128 && tokens != 32 ? 8 : 4;
@@ -18,11 +22,6 @@ Tactic decode_tactic(int rows, int tokens, Epilogue ep) {
 
 }  // namespace
 
-double expected_active_experts(const MoeConfig& cfg, int64_t tokens) {
-  const double e = cfg.num_experts, k = cfg.routing.top_k;
-  return e * (1.0 - std::pow(1.0 - k / e, static_cast<double>(tokens)));
-}
-
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens) {
   const double mean = static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
   const double busiest = mean + 2.0 * std::sqrt(mean) + 1.0;
@@ -30,10 +29,30 @@ int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens) {
   return 64;
 }
 
+Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epilogue ep) {
+  ModelOptions mo;
+  mo.experts = cfg.num_experts + (cfg.has_shared_expert() ? 1 : 0);
+  const auto fits = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).fits; };
+  const Tactic preferred = decode_tactic(128, heuristic_token_tile(cfg, tokens), ep);
+  if (fits(preferred)) return preferred;
+  // A GPU with less shared memory per block (sm_120: 99 KB) cannot hold the larger tiles. Take
+  // the compiled tactic that fits with the largest token tile not above the preferred one, then
+  // the most weight rows, then the most warps: the closest smaller shape, never a silent failure.
+  std::optional<Tactic> best;
+  for (const Tactic& t : compiled_w4a16_tactics()) {
+    if (t.epilogue != ep || t.tile_tokens > preferred.tile_tokens || !fits(t)) continue;
+    if (!best || std::tie(t.tile_tokens, t.tile_rows, t.warps) > std::tie(best->tile_tokens, best->tile_rows, best->warps))
+      best = t;
+  }
+  FP4MOE_CHECK(best, "heuristic: no compiled ", to_string(ep), " tactic fits on ", gpu.name, " (",
+               gpu.smem_per_block_optin, " B of shared memory per block)");
+  return *best;
+}
+
 LayerPlan heuristic_plan(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu) {
-  (void)gpu;  // stream-K balances any unit count over the GPU's CTAs
-  const int n = heuristic_token_tile(cfg, tokens);
-  return LayerPlan{decode_tactic(128, n, Epilogue::kSwiglu), decode_tactic(128, n, Epilogue::kFinalize)};
+  // Stream-K balances any unit count over the GPU's CTAs, so the GPU enters only through what fits.
+  return LayerPlan{heuristic_tactic(cfg, tokens, gpu, Epilogue::kSwiglu),
+                   heuristic_tactic(cfg, tokens, gpu, Epilogue::kFinalize)};
 }
 
 }  // namespace fp4moe

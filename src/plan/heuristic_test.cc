@@ -1,0 +1,59 @@
+// The tactic heuristic: the documented token-tile rule on a GPU where everything fits, and the
+// fallback on GPUs with less shared memory per block (every choice fits, by the resource model).
+#include "fp4moe/heuristic.h"
+
+#include <gtest/gtest.h>
+
+#include "fp4moe/resource_model.h"
+
+namespace fp4moe {
+namespace {
+
+std::string fc1(const MoeConfig& cfg, int64_t tokens, const std::string& gpu) {
+  return format_tactic(heuristic_plan(cfg, tokens, resolve_gpu(gpu)).fc1);
+}
+
+TEST(Heuristic, TokenTileFollowsTheBusiestExpert) {
+  const MoeConfig glm5 = MoeConfig::glm5();  // E 256, top-8: mean T / 32 tokens per expert
+  EXPECT_EQ(heuristic_token_tile(glm5, 1), 8);
+  EXPECT_EQ(heuristic_token_tile(glm5, 106), 8);    // mean 3.31: busiest (sqrt(mean) + 1)^2 = 7.95
+  EXPECT_EQ(heuristic_token_tile(glm5, 107), 16);   // mean 3.34: 8.0 and a bit
+  EXPECT_EQ(heuristic_token_tile(glm5, 288), 16);   // mean 9: busiest 16
+  EXPECT_EQ(heuristic_token_tile(glm5, 289), 32);
+  EXPECT_EQ(heuristic_token_tile(glm5, 4096), 64);
+}
+
+TEST(Heuristic, PlansOnTheH200) {
+  const MoeConfig glm5 = MoeConfig::glm5();
+  EXPECT_EQ(fc1(glm5, 1, "h200"), "w4a16_mma:m128n8k256:s4:w8:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m128n16k256:s4:w8:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_mma:m128n32k256:s3:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_mma:m128n64k256:s3:w8:sk1:swiglu");
+  EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1024, resolve_gpu("h200")).fc2),
+            "w4a16_mma:m128n64k256:s3:w8:sk1:finalize");
+}
+
+TEST(Heuristic, FallsBackToWhatFitsOnSm120) {
+  // 99 KB per block: the 128 x 16, 128 x 32 and 128 x 64 tiles need more (105-155 KB), so the
+  // largest fitting token tile not above the rule's is taken, never a tactic that cannot launch.
+  const MoeConfig glm5 = MoeConfig::glm5();
+  EXPECT_EQ(fc1(glm5, 1, "rtx-pro-6000"), "w4a16_mma:m128n8k256:s4:w8:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 256, "rtx-pro-6000"), "w4a16_mma:m64n16k256:s4:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 4096, "rtx-pro-6000"), "w4a16_mma:m64n16k256:s4:w4:sk1:swiglu");
+}
+
+TEST(Heuristic, EveryChoiceFitsOnEveryKnownGpu) {
+  for (const MoeConfig& cfg : {MoeConfig::glm5(), MoeConfig::glm5_tp8(), MoeConfig::deepseek_v3()})
+    for (const GpuSpec& gpu : known_gpus())
+      for (int64_t t : {1, 7, 64, 300, 1000, 5000, 65536}) {
+        const LayerPlan p = heuristic_plan(cfg, t, gpu);
+        ModelOptions mo;
+        mo.experts = cfg.num_experts + (cfg.has_shared_expert() ? 1 : 0);
+        for (const Tactic& tac : {p.fc1, p.fc2})
+          EXPECT_TRUE(model_resources(tac, gpu, DataType::kNvfp4, mo).fits)
+              << cfg.name << " T=" << t << " on " << gpu.name << ": " << format_tactic(tac);
+      }
+}
+
+}  // namespace
+}  // namespace fp4moe
