@@ -50,10 +50,6 @@ struct TuneResult {
 // The identity of the current GPU 0 for cache entries.
 CacheIdentity current_cache_identity();
 
-// The GEMM keys of a layer: FC1 (2 I x H, swiglu) and FC2 (H x I, finalize).
-GemmKey fc1_key(const MoeConfig& cfg);
-GemmKey fc2_key(const MoeConfig& cfg);
-
 // Tunes both GEMMs of `layer` (whose weights are `weights`) at every bucket.
 std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& weights, const TuneOptions& opt);
 

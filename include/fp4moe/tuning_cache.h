@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "fp4moe/moe.h"
 #include "fp4moe/tactic.h"
 
 namespace fp4moe {
@@ -27,12 +28,24 @@ namespace fp4moe {
 const std::vector<int64_t>& token_buckets();
 int64_t nearest_bucket(int64_t tokens);
 
+// One grouped GEMM of a layer. The routing shape belongs to it: at a given batch size the
+// tokens per expert (T k / E), and so the best token tile, follow from E and k, and the shared
+// expert adds a group that every token visits.
 struct GemmKey {
   int64_t n_out = 0;  // output rows of the GEMM (FC1: 2 I; FC2: H)
   int64_t k = 0;      // reduction (FC1: H; FC2: I)
   Epilogue epilogue = Epilogue::kNone;
+  int experts = 0;    // routed experts E
+  int top_k = 0;      // experts per token
+  bool shared_expert = false;
   constexpr bool operator==(const GemmKey&) const = default;
 };
+
+// The keys of a layer's two GEMMs: FC1 (2 I x H, swiglu) and FC2 (H x I, finalize).
+GemmKey fc1_key(const MoeConfig& cfg);
+GemmKey fc2_key(const MoeConfig& cfg);
+// "FC1 4096 x 6144 swiglu (E 256, top-8, shared)": for tables and logs.
+std::string describe(const GemmKey& g);
 
 struct CacheIdentity {  // what makes a measurement valid
   std::string gpu;      // device name

@@ -92,10 +92,8 @@ void run_tune(const TuneArgs& a) {
               cfg.name.c_str(), static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.intermediate),
               cfg.num_experts, cfg.routing.top_k, id.gpu.c_str(), secs);
   for (const TuneResult& r : results) {
-    std::printf("%s %lld x %lld (%s), bucket T=%lld: winner %s, layer %.1f us",
-                r.gemm.epilogue == Epilogue::kSwiglu ? "FC1" : "FC2", static_cast<long long>(r.gemm.n_out),
-                static_cast<long long>(r.gemm.k), to_string(r.gemm.epilogue), static_cast<long long>(r.bucket),
-                format_tactic(r.timed[0].tactic).c_str(), r.timed[0].time_us);
+    std::printf("%s, bucket T=%lld: winner %s, layer %.1f us", describe(r.gemm).c_str(),
+                static_cast<long long>(r.bucket), format_tactic(r.timed[0].tactic).c_str(), r.timed[0].time_us);
     if (r.timed.size() > 1)
       std::printf("; runner-up %s, layer %.1f us (%+.1f%%)", format_tactic(r.timed[1].tactic).c_str(), r.timed[1].time_us,
                   100.0 * (r.timed[1].time_us / r.timed[0].time_us - 1));
@@ -161,9 +159,9 @@ void run_cache(const CacheArgs& a) {
       std::printf("%s\n", f.c_str());
       for (const auto& x : w) std::printf("  warning: %s\n", x.c_str());
       for (const CacheEntry& e : c.entries())
-        std::printf("  %s sm_%d driver %d lib %s | %lld x %lld %s T=%-6lld | %s %.1f us | runner-up %s %.1f us\n",
-                    e.id.gpu.c_str(), e.id.sm, e.id.driver, e.id.library.c_str(), static_cast<long long>(e.gemm.n_out),
-                    static_cast<long long>(e.gemm.k), to_string(e.gemm.epilogue), static_cast<long long>(e.bucket),
+        std::printf("  %s sm_%d driver %d lib %s | %s T=%-6lld | %s %.1f us | runner-up %s %.1f us\n",
+                    e.id.gpu.c_str(), e.id.sm, e.id.driver, e.id.library.c_str(), describe(e.gemm).c_str(),
+                    static_cast<long long>(e.bucket),
                     format_tactic(e.winner).c_str(), e.time_us,
                     e.runner_up ? format_tactic(*e.runner_up).c_str() : "-", e.runner_up_us);
     }

@@ -188,8 +188,8 @@ LayerPlan GpuMoeLayerImpl::plan_for(int64_t tokens) const {
     if (auto e = cache_->lookup(identity_, key, tokens); e && kernels::find_w4a16_kernel(e->winner))
       slot = e->winner;
   };
-  take(GemmKey{2 * cfg_.intermediate, cfg_.hidden, Epilogue::kSwiglu}, plan.fc1);
-  take(GemmKey{cfg_.hidden, cfg_.intermediate, Epilogue::kFinalize}, plan.fc2);
+  take(fc1_key(cfg_), plan.fc1);
+  take(fc2_key(cfg_), plan.fc2);
   return plan;
 }
 
@@ -199,8 +199,7 @@ std::string GpuMoeLayerImpl::plan_source(int64_t tokens) const {
     auto e = cache_->lookup(identity_, key, tokens);
     return e && kernels::find_w4a16_kernel(e->winner) ? "cache" : "heuristic";
   };
-  return std::string(source(GemmKey{2 * cfg_.intermediate, cfg_.hidden, Epilogue::kSwiglu})) + "/" +
-         source(GemmKey{cfg_.hidden, cfg_.intermediate, Epilogue::kFinalize});
+  return std::string(source(fc1_key(cfg_))) + "/" + source(fc2_key(cfg_));
 }
 
 const W4a16Kernel& GpuMoeLayerImpl::kernel_for(const Tactic& t, Epilogue ep) const {
@@ -277,7 +276,7 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
 
 void GpuMoeLayerImpl::reserve(int64_t max_tokens) {
   FP4MOE_CHECK(max_tokens >= 1, "reserve: max_tokens must be >= 1");
-  // Every buffer at its largest over the heuristic's plans for batches up to max_tokens.
+  // Every buffer at its largest over plan_for()'s plans (cache or heuristic) up to max_tokens.
   for (int64_t t = 1; t < max_tokens; t *= 2) ensure_workspace(t, plan_for(t), nullptr);
   ensure_workspace(max_tokens, plan_for(max_tokens), nullptr);
 }

@@ -62,9 +62,6 @@ CacheIdentity current_cache_identity() {
   return CacheIdentity{env.devices[0].name, env.devices[0].sm, env.driver_version, FP4MOE_VERSION};
 }
 
-GemmKey fc1_key(const MoeConfig& cfg) { return GemmKey{2 * cfg.intermediate, cfg.hidden, Epilogue::kSwiglu}; }
-GemmKey fc2_key(const MoeConfig& cfg) { return GemmKey{cfg.hidden, cfg.intermediate, Epilogue::kFinalize}; }
-
 std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, const TuneOptions& opt) {
   const MoeConfig& cfg = layer.config();
   const GpuSpec gpu = query_cuda_environment().devices.at(0);

@@ -19,14 +19,20 @@ namespace fp4moe {
 namespace {
 
 using json = nlohmann::json;
-constexpr const char* kSchema = "fp4moe-tuning/1";
+constexpr const char* kSchema = "fp4moe-tuning/2";  // 2: the routing shape joined the GEMM key
 
 json to_json(const CacheEntry& e) {
   json j = {{"gpu", e.id.gpu},
             {"sm", e.id.sm},
             {"driver", e.id.driver},
             {"library", e.id.library},
-            {"gemm", {{"n_out", e.gemm.n_out}, {"k", e.gemm.k}, {"epilogue", to_string(e.gemm.epilogue)}}},
+            {"gemm",
+             {{"n_out", e.gemm.n_out},
+              {"k", e.gemm.k},
+              {"epilogue", to_string(e.gemm.epilogue)},
+              {"experts", e.gemm.experts},
+              {"top_k", e.gemm.top_k},
+              {"shared_expert", e.gemm.shared_expert}}},
             {"bucket", e.bucket},
             {"winner", format_tactic(e.winner)},
             {"time_us", e.time_us}};
@@ -53,6 +59,9 @@ CacheEntry from_json(const json& j) {
   e.gemm.n_out = j.at("gemm").at("n_out").get<int64_t>();
   e.gemm.k = j.at("gemm").at("k").get<int64_t>();
   e.gemm.epilogue = epilogue_from(j.at("gemm").at("epilogue").get<std::string>());
+  e.gemm.experts = j.at("gemm").at("experts").get<int>();
+  e.gemm.top_k = j.at("gemm").at("top_k").get<int>();
+  e.gemm.shared_expert = j.at("gemm").at("shared_expert").get<bool>();
   e.bucket = j.at("bucket").get<int64_t>();
   e.winner = parse_tactic(j.at("winner").get<std::string>());
   e.time_us = j.at("time_us").get<double>();
@@ -79,7 +88,8 @@ std::vector<CacheEntry> parse(const std::string& text, const std::string& path, 
     return out;
   }
   if (!j.is_object() || j.value("schema", "") != kSchema) {
-    warn("not an fp4moe tuning cache (schema " + (j.is_object() ? j.value("schema", "?") : "?") + "): ignored");
+    warn("schema " + (j.is_object() ? j.value("schema", "?") : std::string("?")) + ", this build reads " + kSchema +
+         ": ignored");
     return out;
   }
   if (j.value("library", "") != FP4MOE_VERSION) {
@@ -108,6 +118,24 @@ std::string render(const std::vector<CacheEntry>& entries, int sm) {
 }
 
 }  // namespace
+
+GemmKey fc1_key(const MoeConfig& cfg) {
+  return GemmKey{2 * cfg.intermediate, cfg.hidden,       Epilogue::kSwiglu,
+                 cfg.num_experts,      cfg.routing.top_k, cfg.has_shared_expert()};
+}
+
+GemmKey fc2_key(const MoeConfig& cfg) {
+  return GemmKey{cfg.hidden,      cfg.intermediate,  Epilogue::kFinalize,
+                 cfg.num_experts, cfg.routing.top_k, cfg.has_shared_expert()};
+}
+
+std::string describe(const GemmKey& g) {
+  std::ostringstream o;
+  o << (g.epilogue == Epilogue::kFinalize ? "FC2 " : g.epilogue == Epilogue::kSwiglu ? "FC1 " : "GEMM ") << g.n_out
+    << " x " << g.k << " " << to_string(g.epilogue) << " (E " << g.experts << ", top-" << g.top_k
+    << (g.shared_expert ? ", shared)" : ")");
+  return o.str();
+}
 
 const std::vector<int64_t>& token_buckets() {
   static const std::vector<int64_t> b = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384, 65536};

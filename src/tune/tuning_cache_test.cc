@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 CacheEntry entry(int64_t bucket, int tokens_tile, const std::string& gpu = "NVIDIA H200") {
   CacheEntry e;
   e.id = CacheIdentity{gpu, 90, 13000, FP4MOE_VERSION};
-  e.gemm = GemmKey{4096, 6144, Epilogue::kSwiglu};
+  e.gemm = fc1_key(MoeConfig::glm5());
   e.bucket = bucket;
   e.winner = Tactic{Family::kW4a16Mma, 128, tokens_tile, 256, 4, 8, 1, Epilogue::kSwiglu, false};
   e.time_us = 10.0 * bucket;
@@ -54,7 +54,10 @@ TEST(TuningCache, RoundTripAndLookup) {
   EXPECT_EQ(e->runner_up->warps, 4);
   EXPECT_EQ(c.lookup(id, g, 300)->bucket, 256);  // nearest bucket
   EXPECT_FALSE(c.lookup(id, g, 4));               // bucket 4 not tuned
-  EXPECT_FALSE(c.find(id, GemmKey{4096, 6144, Epilogue::kFinalize}, 16));
+  EXPECT_FALSE(c.find(id, fc2_key(MoeConfig::glm5()), 16));
+  GemmKey fewer_experts = g;
+  fewer_experts.experts = 160;
+  EXPECT_FALSE(c.find(id, fewer_experts, 16)) << "another routing shape puts other token counts on each expert";
   CacheIdentity other = id;
   other.driver = 12090;
   EXPECT_FALSE(c.find(other, g, 16)) << "another driver's measurement must not be used";
@@ -72,12 +75,17 @@ TEST(TuningCache, CorruptAndForeignFilesAreReportedAndIgnored) {
   w.clear();
   EXPECT_EQ(TuningCache::merge_into_file(path, {entry(1, 8)}, &w).entries().size(), 1u);
   EXPECT_FALSE(w.empty());
-  std::ofstream(path) << R"({"schema": "fp4moe-tuning/1", "library": "0.0.1", "entries": []})";
+  std::ofstream(path) << R"({"schema": "fp4moe-tuning/1", "library": ")" << FP4MOE_VERSION << R"(", "entries": []})";
+  w.clear();
+  EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("schema fp4moe-tuning/1, this build reads fp4moe-tuning/2"), std::string::npos) << w[0];
+  std::ofstream(path) << R"({"schema": "fp4moe-tuning/2", "library": "0.0.1", "entries": []})";
   w.clear();
   EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
   ASSERT_EQ(w.size(), 1u);
   EXPECT_NE(w[0].find("0.0.1"), std::string::npos) << w[0];
-  std::ofstream(path) << R"({"schema": "fp4moe-tuning/1", "library": ")" << FP4MOE_VERSION
+  std::ofstream(path) << R"({"schema": "fp4moe-tuning/2", "library": ")" << FP4MOE_VERSION
                       << R"(", "entries": [{"gpu": "x"}, )" << "{\"gpu\": 3}]}";
   w.clear();
   EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
