@@ -10,7 +10,7 @@ function(fp4moe_gencode_flags out_var archs)
 endfunction()
 
 # Applies our CUDA compile settings to a target: explicit -gencode flags instead of CMake's
-# CUDA_ARCHITECTURES (which predates the 'a' suffixes), and the resource report on demand.
+# CUDA_ARCHITECTURES (which predates the 'a' suffixes).
 function(fp4moe_cuda_target target archs)
   set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES OFF
                                              CUDA_SEPARABLE_COMPILATION OFF)

@@ -40,7 +40,8 @@ class GpuMoeLayer {
   virtual ~GpuMoeLayer() = default;
 
   virtual const MoeConfig& config() const = 0;
-  // Workspace for batches up to max_tokens (with any tactic's split-K up to 8).
+  // Workspace for batches up to max_tokens, for the plans plan_for() gives them (stream-K
+  // partials included): forward() allocates nothing for such batches afterwards.
   virtual void reserve(int64_t max_tokens) = 0;
   // The plan for a batch of `tokens`: the tuning cache's tactics for the nearest bucket where
   // it has them (and they are compiled in), the documented heuristic otherwise.

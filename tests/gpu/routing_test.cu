@@ -1,5 +1,5 @@
-// GPU routing and permutation against the reference routing, for the single-CTA (T <= 256)
-// and multi-CTA paths, both modes, with and without groups and a shared expert; and the
+// GPU routing and permutation against the reference routing, for the single-CTA (T <= 32: the
+// T = 1 case) and multi-CTA paths, both modes, with and without groups and a shared expert; and the
 // permutation's invariants (offsets, row <-> pair maps are inverse, every pair placed once).
 #include <gtest/gtest.h>
 

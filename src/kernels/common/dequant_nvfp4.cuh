@@ -1,5 +1,5 @@
 // NVFP4 -> BF16 dequantization in registers, for weights prepacked into kernel order
-// (src/runtime/prepack.h describes the layout; this file and the prepacker must agree).
+// (src/kernels/moe/prepack_layout.h describes the layout; this file and the prepacker must agree).
 //
 // The trick: an E2M1 nibble s.e1.e0.m placed into a bf16 as  sign -> bit 15,
 // e1.e0 -> exponent bits 8..7, m -> mantissa bit 6  reads as  e2m1 * 2^-126  exactly, for the

@@ -187,7 +187,8 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 }  // namespace w4a16
 
 // kCode = encode_tactic(tactic) (see the NOTES in fp4moe/tactic.h).
-// Two CTAs per SM at least (the register budget of 8-warp CTAs is then 128 per thread).
+// Registers for two CTAs per SM (8-warp CTAs: 128 per thread); whether two are resident also
+// depends on shared memory (the 128 x 64 tile's 155 KB allow one on the H200).
 template <unsigned long long kCode>
 __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
     w4a16_grouped_gemm_kernel(const W4a16GemmParams p) {

@@ -11,7 +11,7 @@
 namespace fp4moe::kernels {
 
 struct W4a16GemmParams {
-  // ---- weights, prepacked (src/runtime/prepack.h): [expert][rowtile][kgroup] --------------
+  // ---- weights, prepacked (src/kernels/moe/prepack_layout.h): [expert][kgroup][rowtile] --
   const uint8_t* weights = nullptr;  // 2048 B per (rowtile of 16 rows, kgroup of 256 K)
   const uint8_t* scales = nullptr;   // 256 B per (rowtile, kgroup)
   int rowtiles = 0;                  // per expert: ceil(rows / 16)

@@ -44,8 +44,8 @@ inline constexpr int kMaxRoutedExperts = 1024;
 // Up to this many tokens one CTA routes and permutes in a single launch.
 inline constexpr int kSingleCtaRoutingTokens = 32;
 
-// Launches the routing and permutation (1 kernel for T <= kSingleCtaRoutingTokens, else a
-// memset and 2 kernels). Checks the launch errors; never synchronizes.
+// Launches the routing and permutation (1 kernel for T <= kSingleCtaRoutingTokens, else two
+// memsets and 2 kernels). Checks the launch errors; never synchronizes.
 void launch_routing(const RoutingParams& p, cudaStream_t stream);
 
 }  // namespace fp4moe::kernels
