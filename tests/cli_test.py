@@ -44,6 +44,8 @@ check(cs and cs == [l for l in p2.stdout.splitlines() if "checksum" in l], "chec
 expect_one_line_error(run("run", "--tokens", "0", expect_rc=1), "tokens")
 expect_one_line_error(run("run", "--preset", "glm6", expect_rc=1), "preset")
 expect_one_line_error(run("run", "--hidden", "100", expect_rc=1), "multiple of")
+expect_one_line_error(run("bench", "--tokens", "1,x", expect_rc=1), "'x' is not a number")
+expect_one_line_error(run("bench", "--tokens", "1,0", expect_rc=1), "'0' is not a token count")
 expect_one_line_error(run("frobnicate", expect_rc=1), "")
 expect_one_line_error(run("quantize", "/nonexistent.npy", "/tmp/x", expect_rc=1), "cannot open")
 

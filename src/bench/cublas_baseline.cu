@@ -5,16 +5,10 @@
 #include <vector>
 
 #include "bench/cublas_baseline.h"
+#include "bench/cublas_check.h"
 #include "fp4moe/error.h"
 #include "kernels/moe/weight_prep.h"
 #include "runtime/device_buffer.h"
-
-#define FP4MOE_CUBLAS_CHECK(call)                                                      \
-  do {                                                                                 \
-    const cublasStatus_t st_ = (call);                                                 \
-    FP4MOE_CHECK(st_ == CUBLAS_STATUS_SUCCESS, "cuBLAS error in ", #call, ": status ", \
-                 static_cast<int>(st_));                                               \
-  } while (0)
 
 namespace fp4moe {
 namespace {

@@ -39,26 +39,11 @@ struct BenchArgs {
   bool no_cache = false;
 };
 
+// The sweep: the given token counts, or 1, 2, 4, ..., 16384.
 std::vector<int64_t> parse_tokens(const std::string& s) {
-  std::vector<int64_t> v;
-  if (s.empty()) {
+  std::vector<int64_t> v = parse_token_list(s);
+  if (v.empty())
     for (int64_t t = 1; t <= 16384; t *= 2) v.push_back(t);
-    return v;
-  }
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t pos = 0;
-      const long long t = std::stoll(item, &pos);
-      FP4MOE_CHECK(pos == item.size() && t >= 1 && t <= (1 << 24), "--tokens: '", item,
-                   "' is not a token count in [1, 16777216]");
-      v.push_back(t);
-    } catch (const std::logic_error&) {
-      FP4MOE_FAIL("--tokens: '", item, "' is not a number");
-    }
-  }
-  FP4MOE_CHECK(!v.empty(), "--tokens: empty list");
   return v;
 }
 

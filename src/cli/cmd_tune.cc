@@ -32,20 +32,10 @@ struct TuneArgs {
   uint64_t seed = 1;
 };
 
-std::vector<int64_t> parse_list(const std::string& s) {
+// The buckets of the given token counts, each once, ascending.
+std::vector<int64_t> buckets_of(const std::string& s) {
   std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t pos = 0;
-      const long long t = std::stoll(item, &pos);
-      FP4MOE_CHECK(pos == item.size() && t >= 1, "--tokens: '", item, "' is not a token count >= 1");
-      v.push_back(nearest_bucket(t));
-    } catch (const std::logic_error&) {
-      FP4MOE_FAIL("--tokens: '", item, "' is not a number");
-    }
-  }
+  for (int64_t t : parse_token_list(s)) v.push_back(nearest_bucket(t));
   std::sort(v.begin(), v.end());
   v.erase(std::unique(v.begin(), v.end()), v.end());
   return v;
@@ -70,7 +60,7 @@ void run_tune(const TuneArgs& a) {
   o.iters = a.iters;
   o.keep_heuristic_margin = a.margin;
   o.seed = a.seed;
-  if (!a.tokens.empty()) o.buckets = parse_list(a.tokens);
+  if (!a.tokens.empty()) o.buckets = buckets_of(a.tokens);
   const bool tty = isatty(fileno(stderr));
   o.progress = [tty](const std::string& what, double frac) {
     if (tty) {

@@ -1,5 +1,10 @@
 #include "cli/shape_options.h"
 
+#include <sstream>
+#include <stdexcept>
+
+#include "fp4moe/error.h"
+
 namespace fp4moe::cli {
 
 void ShapeArgs::add_to(CLI::App* cmd) {
@@ -38,6 +43,25 @@ MoeConfig ShapeArgs::resolve() const {
   if (custom) c.name = preset + "+custom";
   c.validate();
   return c;
+}
+
+std::vector<int64_t> parse_token_list(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t pos = 0;
+      const long long t = std::stoll(item, &pos);
+      FP4MOE_CHECK(pos == item.size() && t >= 1 && t <= (1 << 24), "--tokens: '", item,
+                   "' is not a token count in [1, 16777216]");
+      v.push_back(t);
+    } catch (const std::logic_error&) {
+      FP4MOE_FAIL("--tokens: '", item, "' is not a number");
+    }
+  }
+  FP4MOE_CHECK(!v.empty() || s.empty(), "--tokens: empty list");
+  return v;
 }
 
 }  // namespace fp4moe::cli

@@ -1,8 +1,11 @@
-// Layer-shape options shared by run, bench and tune: a preset, then per-field overrides.
+// Options shared by run, bench and tune: the layer shape (a preset, then per-field overrides)
+// and token-count lists.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "fp4moe/moe.h"
 
@@ -17,5 +20,9 @@ struct ShapeArgs {
   void add_to(CLI::App* cmd);
   MoeConfig resolve() const;  // preset + overrides, validated
 };
+
+// "1,16,64" -> {1, 16, 64}; every item a whole number in [1, 2^24], else a one-line error
+// naming the item. An empty string gives an empty list (the caller's default).
+std::vector<int64_t> parse_token_list(const std::string& s);
 
 }  // namespace fp4moe::cli
