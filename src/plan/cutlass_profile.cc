@@ -49,6 +49,7 @@
 #include <sstream>
 
 #include "fp4moe/error.h"
+#include "plan/report_header.h"
 
 namespace fp4moe {
 namespace {
@@ -97,16 +98,6 @@ void fill_stage_items(ResourceReport& r, const Operands& o, int64_t m, int64_t n
   r.builder_stage_bytes = r.stage_bytes + 128;
 }
 
-ResourceReport base(const Tactic& t, const GpuSpec& gpu, DataType d) {
-  ResourceReport r;
-  r.tactic = t;
-  r.dtype = d;
-  r.gpu = gpu.name;
-  r.sm = gpu.sm;
-  r.limit_bytes = gpu.smem_per_block_optin;
-  return r;
-}
-
 void verdict(ResourceReport& r, const GpuSpec& gpu, int64_t builder_estimate, const Operands& o) {
   std::ostringstream why;
   if (r.stages < 2) {
@@ -133,7 +124,7 @@ void verdict(ResourceReport& r, const GpuSpec& gpu, int64_t builder_estimate, co
 }  // namespace
 
 ResourceReport model_cutlass_sm120(const Tactic& t, const GpuSpec& gpu, DataType d, const ModelOptions& opt) {
-  ResourceReport r = base(t, gpu, d);
+  ResourceReport r = report_header(t, gpu, d);
   const int64_t m = t.tile_rows, n = t.tile_tokens, k = t.tile_k;
   FP4MOE_CHECK(m % 128 == 0 && n % 32 == 0 && k % 64 == 0, "cutlass_sm120 tile ", m, "x", n, "x", k,
                ": M must be a multiple of 128, N of 32, K of 64");
@@ -184,7 +175,7 @@ ResourceReport model_cutlass_sm120(const Tactic& t, const GpuSpec& gpu, DataType
 
 ResourceReport model_cutlass_sm100(const Tactic& t, const GpuSpec& gpu, DataType d, const ModelOptions& opt) {
   (void)opt;
-  ResourceReport r = base(t, gpu, d);
+  ResourceReport r = report_header(t, gpu, d);
   const bool two_sm = t.tile_rows == 256;
   const int64_t m_cta = two_sm ? 128 : t.tile_rows, n = t.tile_tokens, k = t.tile_k;
   const int64_t n_cta = two_sm ? n / 2 : n;

@@ -7,23 +7,17 @@
 
 #include "fp4moe/error.h"
 #include "plan/cutlass_profile.h"
+#include "plan/report_header.h"
 
 namespace fp4moe {
 namespace {
 
 int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
-std::string bytes(int64_t b) { return std::to_string(b) + " B"; }
-
 // w4a16_mma (src/kernels/gemm/sm80_w4a16_grouped_gemm.cuh, W4a16Traits): every byte of the
 // kernel's request, in the kernel's order.
 ResourceReport model_w4a16(const Tactic& t, const GpuSpec& gpu, DataType dtype, const ModelOptions& o) {
-  ResourceReport r;
-  r.tactic = t;
-  r.dtype = dtype;
-  r.gpu = gpu.name;
-  r.sm = gpu.sm;
-  r.limit_bytes = gpu.smem_per_block_optin;
+  ResourceReport r = report_header(t, gpu, dtype);
   r.threads = t.warps * 32;
   if (dtype != DataType::kNvfp4) {
     r.supported = false;
@@ -105,12 +99,7 @@ ResourceReport model_resources(const Tactic& t, const GpuSpec& gpu, DataType dty
     case Family::kCutlassSm120: return model_cutlass_sm120(t, gpu, dtype, opt);
     case Family::kCutlassSm100: return model_cutlass_sm100(t, gpu, dtype, opt);
     case Family::kW4a16Wgmma: {
-      ResourceReport r;
-      r.tactic = t;
-      r.dtype = dtype;
-      r.gpu = gpu.name;
-      r.sm = gpu.sm;
-      r.limit_bytes = gpu.smem_per_block_optin;
+      ResourceReport r = report_header(t, gpu, dtype);
       r.supported = false;
       r.reason = "w4a16_wgmma is not implemented in this build";
       return r;
