@@ -73,6 +73,60 @@ ResourceReport model_w4a16(const Tactic& t, const GpuSpec& gpu, DataType dtype, 
   return r;
 }
 
+
+// w4a16_wgmma (src/kernels/gemm/sm90_w4a16_wgmma_grouped_gemm.cuh, W4a16WgmmaTraits): every byte
+// of the kernel's request, in the kernel's order.
+ResourceReport model_w4a16_wgmma(const Tactic& t, const GpuSpec& gpu, DataType dtype, const ModelOptions& o) {
+  ResourceReport r = report_header(t, gpu, dtype);
+  r.threads = t.warps * 32;
+  if (dtype != DataType::kNvfp4) {
+    r.supported = false;
+    r.reason = std::string("w4a16_wgmma streams NVFP4 weights only (") + to_string(dtype) + " is not implemented)";
+    return r;
+  }
+  if (!gpu.has_wgmma()) {
+    r.supported = false;
+    r.reason = "w4a16_wgmma needs wgmma, setmaxnreg and the bulk tensor copy of sm_90a; " + gpu.arch_name() +
+               " has no wgmma (the w4a16_mma family runs there)";
+    return r;
+  }
+  const int64_t rows = t.tile_rows, tokens = t.tile_tokens, k = t.tile_k;
+  r.stage_items = {
+      {"A: " + std::to_string(rows) + " rows x " + std::to_string(k) + " K x 2 B (dequantized bf16, swizzled)", rows * k * 2},
+      {"B: " + std::to_string(tokens) + " tokens x " + std::to_string(k) + " K x 2 B (bf16, swizzled)", tokens * k * 2},
+      {"raw weights: " + std::to_string(rows) + " rows x " + std::to_string(k) + " K x 1/2 B (e2m1)", rows * k / 2},
+      {"raw block scales: " + std::to_string(rows / 16) + " row tiles x 256 B (a K group's UE5M3)", rows / 16 * 256},
+  };
+  for (const auto& i : r.stage_items) r.stage_bytes += i.bytes;
+  r.builder_stage_bytes = r.stage_bytes;
+  const int64_t slack = 1024;
+  const int64_t prefix = round_up(4 * (o.experts + 1), 16);
+  const int64_t sched = round_up(4 * (t.warps + 1), 16);
+  r.stages = t.stages;
+  const int64_t barriers = 16 * r.stages;
+  r.kernel_bytes = slack + barriers + prefix + sched;
+  r.epilogue_bytes = 0;  // the finalize sums in a second phase, out of global memory
+  r.other_items = {
+      {"alignment slack: the swizzled tiles need 1024-B alignment", slack},
+      {"mbarriers: full + empty per stage, 8 B each", barriers},
+      {"scheduler: unit prefix, 4 B x (" + std::to_string(o.experts) + " groups + 1), 16-B aligned", prefix},
+      {"scheduler: scan warp sums, 4 B x (" + std::to_string(t.warps) + " + 1)", sched},
+  };
+  r.mainloop_bytes = r.stages * r.stage_bytes;
+  r.total_bytes = r.mainloop_bytes + r.kernel_bytes + r.epilogue_bytes;
+  r.fits = r.stages >= 2 && r.total_bytes <= r.limit_bytes;
+  std::ostringstream why;
+  why << r.stages << " x " << r.stage_bytes << " (stage) + " << r.kernel_bytes << " (alignment, barriers, scheduler) + "
+      << r.epilogue_bytes << " (epilogue) = " << r.total_bytes << (r.fits ? " <= " : " > ") << r.limit_bytes
+      << (r.fits ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B");
+  r.reason = why.str();
+  const int64_t per_cta = r.total_bytes + gpu.smem_reserved_per_block;
+  r.ctas_per_sm = r.fits ? static_cast<int>(std::min<int64_t>(gpu.smem_per_sm / per_cta,
+                                                              gpu.max_threads_per_sm / r.threads))
+                         : 0;
+  return r;
+}
+
 }  // namespace
 
 const char* to_string(DataType d) {
@@ -98,12 +152,7 @@ ResourceReport model_resources(const Tactic& t, const GpuSpec& gpu, DataType dty
     case Family::kW4a16Mma: return model_w4a16(t, gpu, dtype, opt);
     case Family::kCutlassSm120: return model_cutlass_sm120(t, gpu, dtype, opt);
     case Family::kCutlassSm100: return model_cutlass_sm100(t, gpu, dtype, opt);
-    case Family::kW4a16Wgmma: {
-      ResourceReport r = report_header(t, gpu, dtype);
-      r.supported = false;
-      r.reason = "w4a16_wgmma is not implemented in this build";
-      return r;
-    }
+    case Family::kW4a16Wgmma: return model_w4a16_wgmma(t, gpu, dtype, opt);
   }
   FP4MOE_FAIL("resource model: unknown family");
 }
@@ -117,14 +166,18 @@ std::vector<Tactic> compiled_w4a16_tactics() {
   }
   v.push_back(Tactic{Family::kW4a16Mma, 64, 16, 256, 4, 4, 1, Epilogue::kNone, false});
   v.push_back(Tactic{Family::kW4a16Mma, 128, 32, 256, 3, 4, 1, Epilogue::kNone, false});
+  // The prefill family (sm_90a): 128 rows, 64 K per stage, as many stages as fit 227 KB.
+  for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize})
+    for (const auto& [tokens, stages] : {std::pair{64, 6}, std::pair{128, 5}, std::pair{256, 4}})
+      v.push_back(Tactic{Family::kW4a16Wgmma, 128, tokens, 64, stages, 12, 1, ep, false});
   return v;
 }
 
 std::vector<Tactic> listed_tactics(Family f, Epilogue e) {
   std::vector<Tactic> v;
-  if (f == Family::kW4a16Mma) {
+  if (f == Family::kW4a16Mma || f == Family::kW4a16Wgmma) {
     for (const Tactic& t : compiled_w4a16_tactics())
-      if (t.epilogue == e) v.push_back(t);
+      if (t.family == f && t.epilogue == e) v.push_back(t);
     return v;
   }
   std::vector<std::tuple<int, int, int>> tiles;

@@ -15,6 +15,7 @@
 #include "fp4moe/version.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/gemm/w4a16_registry.h"
+#include "kernels/moe/gather_rows.h"
 #include "kernels/moe/routing.cuh"
 #include "kernels/moe/weight_prep.h"
 #include "runtime/device_buffer.h"
@@ -90,7 +91,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   // workspace
   int64_t cap_tokens_ = 0;
   DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, counts_,
-      cursors_, act_, partials_, unit_counters_, rows_out_, token_counters_;
+      cursors_, act_, partials_, unit_counters_, rows_out_, token_counters_, x_perm_, grid_barrier_;
   std::shared_ptr<const TuningCache> cache_;
   CacheIdentity identity_;
   std::vector<std::string> cache_warnings_;
@@ -203,12 +204,14 @@ std::string GpuMoeLayerImpl::plan_source(int64_t tokens) const {
 }
 
 const W4a16Kernel& GpuMoeLayerImpl::kernel_for(const Tactic& t, Epilogue ep) const {
-  FP4MOE_CHECK(t.family == Family::kW4a16Mma, "GPU layer: tactic ", format_tactic(t),
-               " is not of the w4a16_mma family");
+  FP4MOE_CHECK(t.family == Family::kW4a16Mma || t.family == Family::kW4a16Wgmma, "GPU layer: tactic ",
+               format_tactic(t), " is not of a family this layer runs (w4a16_mma, w4a16_wgmma)");
+  FP4MOE_CHECK(t.family != Family::kW4a16Wgmma || gpu_.has_wgmma(), "GPU layer: tactic ", format_tactic(t),
+               " needs sm_90a (wgmma); ", gpu_.name, " is ", gpu_.arch_name());
   FP4MOE_CHECK(t.epilogue == ep, "GPU layer: tactic ", format_tactic(t), " has epilogue ",
                to_string(t.epilogue), ", this GEMM needs ", to_string(ep));
   FP4MOE_CHECK(t.split_k == 1, "GPU layer: tactic ", format_tactic(t),
-               ": the w4a16_mma family schedules stream-K, its split-K must be 1");
+               ": the families schedule their own K split, split-K must be 1");
   const W4a16Kernel* k = kernels::find_w4a16_kernel(t);
   FP4MOE_CHECK(k != nullptr, "GPU layer: tactic ", format_tactic(t), " is not compiled in");
   return *k;
@@ -257,6 +260,9 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
       {&unit_counters_, size_t(tiles_bound * row_blocks_bound * 4), true},
       {&rows_out_, size_t(P * H * 4), false},
       {&token_counters_, size_t(tokens * ((fc2_.rowtiles() + 3) / 4) * 4), true},
+      {&grid_barrier_, 8, true},
+      // the prefill family reads FC1's tokens gathered into permuted order
+      {&x_perm_, plan.fc1.family == Family::kW4a16Wgmma ? size_t(P * H * 2) : size_t{0}, false},
   };
   bool grow = false;
   for (const Need& n : needs) grow |= n.buf->bytes() < n.bytes;
@@ -319,6 +325,14 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   rp.cursors = cursors_.get<int>();
   record(0);
   kernels::launch_routing(rp, s);
+  // Programmatic dependent launches (sm_90+): each kernel's CTAs become resident while the
+  // previous one runs and wait for its inputs with griddepcontrol.wait.
+  const bool pdl = gpu_.sm >= 90;
+  // The prefill family takes whole token tiles by the copy engine: gather FC1's rows first.
+  const bool gathered = k1.tactic.family == Family::kW4a16Wgmma;
+  if (gathered)
+    kernels::launch_gather_rows(hidden, cfg_.hidden, row_token_.get<int>(), tokens * slots_, cfg_.hidden,
+                                x_perm_.get<uint16_t>(), pdl, s);
   record(1);
 
   W4a16GemmParams f1;
@@ -330,18 +344,16 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f1.k = static_cast<int>(cfg_.hidden);
   f1.num_experts = groups_;
   f1.expert_offsets = offsets_.get<int>();
-  f1.x = hidden;
+  f1.x = gathered ? x_perm_.get<uint16_t>() : hidden;
   f1.x_stride = cfg_.hidden;
-  f1.gather = row_token_.get<int>();
+  f1.x_rows = gathered ? tokens * slots_ : tokens;
+  f1.gather = gathered ? nullptr : row_token_.get<int>();
   f1.scale_a = gate_gs_.get<float>();
   f1.scale_b = up_gs_.get<float>();
   f1.partials = partials_.get<float>();
   f1.unit_counters = unit_counters_.get<int>();
   f1.act_out = act_.get<uint16_t>();
   f1.act_cols = static_cast<int>(cfg_.intermediate);
-  // Programmatic dependent launches (sm_90+): FC1's CTAs become resident while the routing
-  // runs, FC2's while FC1 drains; each waits for its inputs with griddepcontrol.wait.
-  const bool pdl = gpu_.sm >= 90;
   k1.launch(f1, grid_for(k1), k1.dynamic_smem_bytes(groups_), pdl, s);
   record(2);
 
@@ -356,6 +368,7 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f2.expert_offsets = offsets_.get<int>();
   f2.x = act_.get<uint16_t>();
   f2.x_stride = cfg_.intermediate;
+  f2.x_rows = tokens * slots_;
   f2.scale_a = down_gs_.get<float>();
   f2.partials = partials_.get<float>();
   f2.unit_counters = unit_counters_.get<int>();
@@ -365,6 +378,7 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f2.slots = slots_;
   f2.rows_out = rows_out_.get<float>();
   f2.token_counters = token_counters_.get<int>();
+  f2.grid_barrier = grid_barrier_.get<unsigned>();
   f2.out = out;
   k2.launch(f2, grid_for(k2), k2.dynamic_smem_bytes(groups_), pdl, s);
   record(3);

@@ -9,7 +9,7 @@
 namespace fp4moe {
 
 std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, int experts) {
-  if (t.family != Family::kW4a16Mma) return std::nullopt;
+  if (t.family != Family::kW4a16Mma && t.family != Family::kW4a16Wgmma) return std::nullopt;
   const kernels::W4a16Kernel* k = kernels::find_w4a16_kernel(t);
   if (!k || query_cuda_environment().devices.empty()) return std::nullopt;
   cudaFuncAttributes attr{};

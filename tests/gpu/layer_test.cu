@@ -1,15 +1,18 @@
 // The GPU MoE layer against the float64 CPU reference, on fresh random inputs, with the
 // outputs poisoned before every run:
-//   - every compiled decode tactic (FC1 swiglu x FC2 finalize) on an odd shape (K a multiple
+//   - every compiled tactic of both families (FC1 swiglu x FC2 finalize) on an odd shape (K a multiple
 //     of 16 but not of the 256-wide K tile, rows not a multiple of the row tile); small
 //     problems on a full grid exercise the stream-K fix-up of cut units;
 //   - the glm5 and glm5-tp8 presets at full size for T in {1, 3, 16, 64, 257, 1024};
+//   - the prefill family (sm_90a) on glm5 for T in {128, 1000, 4096, 16384}, every tactic, the
+//     whole batch run and every non-finite value counted, sampled tokens against the reference;
 //   - all tokens on one expert, softmax routing, group-limited routing;
 //   - bitwise identical output across repeated runs.
 // The reference is given the GPU's own routing (ids and weights), so a near-tie that float32
 // and float64 rank differently cannot fail a GEMM test; routing has its own test.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -92,10 +95,13 @@ std::vector<Tactic> tactics_of(Epilogue ep) {
   return v;
 }
 
-TEST(GpuLayer, EveryDecodeTacticMatchesReferenceOnOddShape) {
+TEST(GpuLayer, EveryTacticMatchesReferenceOnOddShape) {
   FP4MOE_REQUIRE_GPU();
   LayerCase c = make_case(odd_config(), 31);
-  const std::vector<Tactic> fc1 = tactics_of(Epilogue::kSwiglu), fc2 = tactics_of(Epilogue::kFinalize);
+  std::vector<Tactic> fc1 = tactics_of(Epilogue::kSwiglu), fc2 = tactics_of(Epilogue::kFinalize);
+  const bool wgmma = query_cuda_environment().devices[0].has_wgmma();
+  std::erase_if(fc1, [&](const Tactic& t) { return t.family == Family::kW4a16Wgmma && !wgmma; });
+  std::erase_if(fc2, [&](const Tactic& t) { return t.family == Family::kW4a16Wgmma && !wgmma; });
   ASSERT_FALSE(fc1.empty());
   ASSERT_EQ(fc1.size(), fc2.size());
   uint64_t seed = 100;
@@ -144,6 +150,60 @@ INSTANTIATE_TEST_SUITE_P(Presets, GpuLayerPreset, ::testing::Values("glm5", "glm
                            return n;
                          });
 
+// Output rows of `samples` tokens (the first, the last, the rest random) against the reference
+// run on those tokens alone with the GPU's routing; the non-finite count covers every token.
+test::Comparison check_sampled_tokens(const MoeWeights& w, const std::vector<float>& hidden, int64_t tokens,
+                                      const RunResult& r, int samples, uint64_t seed) {
+  const int64_t H = w.config.hidden, k = r.routing.top_k;
+  std::vector<int64_t> pick = {0, tokens - 1};
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  while (static_cast<int>(pick.size()) < std::min<int64_t>(samples, tokens)) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const int64_t t = static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(tokens));
+    if (std::find(pick.begin(), pick.end(), t) == pick.end()) pick.push_back(t);
+  }
+  const int64_t S = static_cast<int64_t>(pick.size());
+  std::vector<float> sub_hidden(S * H);
+  Routing sub{S, static_cast<int>(k), std::vector<int32_t>(S * k), std::vector<float>(S * k)};
+  std::vector<uint16_t> sub_out(S * H);
+  for (int64_t i = 0; i < S; ++i) {
+    std::copy_n(hidden.begin() + pick[i] * H, H, sub_hidden.begin() + i * H);
+    std::copy_n(r.routing.ids.begin() + pick[i] * k, k, sub.ids.begin() + i * k);
+    std::copy_n(r.routing.weights.begin() + pick[i] * k, k, sub.weights.begin() + i * k);
+    std::copy_n(r.out.begin() + pick[i] * H, H, sub_out.begin() + i * H);
+  }
+  test::Comparison cmp = test::compare(test::bf16_to_double(sub_out), moe_reference(w, sub_hidden, S, sub));
+  cmp.non_finite = test::compare(test::bf16_to_double(r.out), test::bf16_to_double(r.out)).non_finite;
+  return cmp;
+}
+
+TEST(GpuLayer, PrefillFamilyMatchesReferenceOnGlm5) {
+  FP4MOE_REQUIRE_GPU();
+  if (!query_cuda_environment().devices[0].has_wgmma()) GTEST_SKIP() << "the prefill family needs sm_90a";
+  const MoeConfig cfg = MoeConfig::preset("glm5");
+  LayerCase c = make_case(cfg, 17);
+  std::vector<Tactic> fc1, fc2;
+  for (const Tactic& t : tactics_of(Epilogue::kSwiglu)) if (t.family == Family::kW4a16Wgmma) fc1.push_back(t);
+  for (const Tactic& t : tactics_of(Epilogue::kFinalize)) if (t.family == Family::kW4a16Wgmma) fc2.push_back(t);
+  ASSERT_EQ(fc1.size(), 3u);
+  ASSERT_EQ(fc2.size(), 3u);
+  uint64_t seed = 3000;
+  for (int64_t tokens : {128, 1000, 4096, 16384}) {
+    const std::vector<float> hidden = make_hidden_states(tokens, cfg.hidden, ++seed);
+    const std::vector<float> logits = make_router_logits(tokens, cfg.num_experts, seed);
+    for (size_t i = 0; i < fc1.size(); ++i) {
+      const LayerPlan plan{fc1[i], fc2[(i + tokens) % fc2.size()]};
+      const RunResult r = run_layer(*c.layer, hidden, logits, tokens, &plan);
+      const test::Comparison cmp = check_sampled_tokens(c.weights, hidden, tokens, r, 24, seed + i);
+      std::printf("glm5 T=%lld %s + %s: rel error %.3e (24 sampled tokens)\n", static_cast<long long>(tokens),
+                  format_tactic(plan.fc1).c_str(), format_tactic(plan.fc2).c_str(), cmp.rel_frobenius);
+      EXPECT_EQ(cmp.non_finite, 0) << format_tactic(plan.fc1) << " T=" << tokens;
+      EXPECT_LT(cmp.rel_frobenius, kTolerance) << format_tactic(plan.fc1) << " + " << format_tactic(plan.fc2)
+                                               << " T=" << tokens;
+    }
+  }
+}
+
 TEST(GpuLayer, AllTokensOnOneExpertAndEmptyExperts) {
   FP4MOE_REQUIRE_GPU();
   MoeConfig cfg = odd_config();
@@ -191,6 +251,7 @@ TEST(GpuLayer, RepeatedRunsAreBitwiseIdentical) {
     const std::vector<float> hidden = make_hidden_states(tokens, c.weights.config.hidden, 5);
     const std::vector<float> logits = make_router_logits(tokens, c.weights.config.num_experts, 5);
     // Stream-K fix-ups and the finalize's arrival order vary run to run; the sums must not.
+    // (T = 300: 75 tokens per expert, the prefill family on sm_90a.)
     const LayerPlan plan = c.layer->plan_for(tokens);
     const RunResult a = run_layer(*c.layer, hidden, logits, tokens, &plan);
     for (int rep = 0; rep < 3; ++rep) {

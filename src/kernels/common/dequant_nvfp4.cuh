@@ -88,6 +88,13 @@ __device__ __forceinline__ uint32_t ue5m3_to_bf16x2_scaled(uint32_t word) {
   return dup * 16u + ((237u << 7) | (237u << 23));
 }
 
+// The same with the byte chosen at run time (the prefill family's K step is not unrolled).
+__device__ __forceinline__ uint32_t ue5m3_to_bf16x2_scaled(uint32_t word, uint32_t byte) {
+  uint32_t dup;
+  asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(dup) : "r"(word), "r"(byte | (4u << 4) | (byte << 8) | (4u << 12)));
+  return dup * 16u + ((237u << 7) | (237u << 23));
+}
+
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a),
                                    *reinterpret_cast<const __nv_bfloat162*>(&b));

@@ -24,6 +24,7 @@ struct W4a16GemmParams {
   // ---- B operand: bf16 rows of K elements --------------------------------------------------
   const uint16_t* x = nullptr;       // bf16 bits
   int64_t x_stride = 0;              // elements between rows
+  int64_t x_rows = 0;                // rows of x (the prefill family's tensor map extent)
   const int* gather = nullptr;       // permuted row -> x row; nullptr = identity
   // ---- epilogue ----------------------------------------------------------------------------
   const float* scale_a = nullptr;    // per expert: FC1 gate / FC2 down / none: the global scale
@@ -44,6 +45,7 @@ struct W4a16GemmParams {
   int slots = 0;                       // slots per token (top-k, +1 with a shared expert)
   float* rows_out = nullptr;           // weighted rows [permuted row][rows] fp32
   int* token_counters = nullptr;       // arrivals per (token, row block) (zero between launches)
+  unsigned* grid_barrier = nullptr;    // prefill family: [count, generation], count zero between launches
   uint16_t* out = nullptr;             // [token][rows] bf16
 };
 

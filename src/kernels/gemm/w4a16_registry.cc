@@ -7,6 +7,8 @@ std::span<const W4a16Kernel> w4a16_kernels() {
     std::vector<W4a16Kernel> v = w4a16_swiglu_kernels();
     for (auto& k : w4a16_finalize_kernels()) v.push_back(k);
     for (auto& k : w4a16_none_kernels()) v.push_back(k);
+    for (auto& k : w4a16_wgmma_swiglu_kernels()) v.push_back(k);
+    for (auto& k : w4a16_wgmma_finalize_kernels()) v.push_back(k);
     return v;
   }();
   return all;

@@ -1,5 +1,6 @@
-// The table of compiled w4a16 kernels: each tactic maps to its launch function. Dispatch,
-// the tuner and the resource-model test all go through this table (no macro dispatch).
+// The table of compiled grouped-GEMM kernels of both families (w4a16_mma, w4a16_wgmma): each
+// tactic maps to its launch function. Dispatch, the tuner and the resource-model test all go
+// through this table (no macro dispatch).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,5 +32,7 @@ const W4a16Kernel* find_w4a16_kernel(const Tactic& t);
 std::vector<W4a16Kernel> w4a16_swiglu_kernels();
 std::vector<W4a16Kernel> w4a16_finalize_kernels();
 std::vector<W4a16Kernel> w4a16_none_kernels();
+std::vector<W4a16Kernel> w4a16_wgmma_swiglu_kernels();    // sm_90a only
+std::vector<W4a16Kernel> w4a16_wgmma_finalize_kernels();  // sm_90a only
 
 }  // namespace fp4moe::kernels

@@ -1,0 +1,53 @@
+#include "kernels/common/tensor_map.h"
+
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <mutex>
+
+#include "fp4moe/error.h"
+#include "kernels/common/cuda_check.h"
+
+namespace fp4moe::kernels {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    FP4MOE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
+                                                       cudaEnableDefault, &found));
+    FP4MOE_CHECK(found == cudaDriverEntryPointSuccess && p != nullptr,
+                 "tensor map: the driver has no cuTensorMapEncodeTiled (needs CUDA 12 or newer)");
+    fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  });
+  return fn;
+}
+
+}  // namespace
+
+CUtensorMap make_bf16_rows_tensor_map(const uint16_t* base, int64_t rows, int64_t k, int64_t stride,
+                                      int box_rows) {
+  FP4MOE_CHECK(base != nullptr && reinterpret_cast<uintptr_t>(base) % 16 == 0,
+               "tensor map: the token rows must start 16-byte aligned");
+  FP4MOE_CHECK(rows >= 1 && k >= 1 && stride >= k && (stride * 2) % 16 == 0,
+               "tensor map: bad token matrix (rows ", rows, ", K ", k, ", stride ", stride,
+               " elements; the row pitch must be a multiple of 16 bytes)");
+  FP4MOE_CHECK(box_rows >= 1 && box_rows <= 256, "tensor map: box of ", box_rows, " rows");
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride * 2)};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(base), dims,
+                                 strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FP4MOE_CHECK(r == CUDA_SUCCESS, "tensor map: cuTensorMapEncodeTiled failed (CUresult ", static_cast<int>(r),
+               ") for ", rows, " x ", k, " bf16, stride ", stride);
+  return map;
+}
+
+}  // namespace fp4moe::kernels

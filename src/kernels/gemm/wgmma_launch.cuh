@@ -1,0 +1,45 @@
+// Builds a registry entry for one w4a16_wgmma tactic (included by the src/kernels/inst files
+// only). The launch encodes the token tensor map of this call's B operand: boxes of a whole
+// token tile of contiguous rows (the layer gathers FC1's rows into permuted order first).
+#pragma once
+
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/tensor_map.h"
+#include "kernels/gemm/sm90_w4a16_wgmma_grouped_gemm.cuh"
+#include "kernels/gemm/w4a16_registry.h"
+
+namespace fp4moe::kernels {
+
+template <Tactic kT>
+W4a16Kernel make_w4a16_wgmma_kernel() {
+  static_assert(decode_tactic(encode_tactic(kT)) == kT, "tactic does not survive its encoding");
+  constexpr auto kKernel = &w4a16_wgmma_grouped_gemm_kernel<encode_tactic(kT)>;
+  W4a16Kernel k;
+  k.tactic = kT;
+  k.function = reinterpret_cast<const void*>(kKernel);
+  k.dynamic_smem_bytes = [](int experts) { return W4a16WgmmaTraits<kT>::dynamic_smem_bytes(experts); };
+  k.tile_floats = 0;  // no stream-K partials
+  k.launch = [](const W4a16GemmParams& p, int grid, int smem, bool pdl, cudaStream_t stream) {
+    FP4MOE_CHECK(p.gather == nullptr, "w4a16_wgmma reads contiguous token rows: gather them first");
+    const CUtensorMap map = make_bf16_rows_tensor_map(p.x, p.x_rows, p.k, p.x_stride, kT.tile_tokens);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(kT.warps * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kKernel, p, map));
+  };
+  return k;
+}
+
+constexpr Tactic w4a16_wgmma_tactic(int tokens, int stages, Epilogue ep) {
+  // 128 weight rows (two consumer warpgroups), 64 K per stage, 12 warps, no split-K.
+  return Tactic{Family::kW4a16Wgmma, 128, tokens, 64, stages, 12, 1, ep, false};
+}
+
+}  // namespace fp4moe::kernels
