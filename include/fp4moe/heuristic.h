@@ -10,10 +10,20 @@
 
 namespace fp4moe {
 
-// Token tile: the smallest of 8, 16, 32, 64 covering the expected busiest expert
+// Dispatch between the families (sm_90a only; elsewhere the decode family always): the prefill
+// family w4a16_wgmma from a mean of kPrefillMinTokens routed tokens per expert (T * k / E),
+// with token tiles of 256 from kPrefillN256MinTokens, else 128. Measured on the H200 for glm5
+// (docs/HEURISTIC.md has the table): at 32 tokens per expert (T = 1024) the prefill family's
+// 128-token tile is 4% faster than the decode family's best, at 16 (T = 512) 1.6x slower; the
+// 256-token tile wins from 128 per expert (22%), loses at 64 (5%).
+inline constexpr double kPrefillMinTokens = 32;
+inline constexpr double kPrefillN256MinTokens = 96;
+
+// Decode token tile: the smallest of 8, 16, 32, 64 covering the expected busiest expert
 // (mean + 2 sqrt(mean) + 1 with mean = T * k / E), 64 at most.
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens);
-// The decode family's tactic for one GEMM: token tile as above, 128 weight rows, stages and
+// The tactic for one GEMM: the prefill family where the rule above takes it; otherwise the
+// decode family's: token tile as above, 128 weight rows, stages and
 // warps as compiled; where the resource model says that does not fit on `gpu`, the fitting
 // compiled tactic with the largest token tile not above it (then most rows, then most warps).
 // (The family schedules stream-K over all resident CTAs, so no split-K factor is chosen.)

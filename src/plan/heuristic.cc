@@ -20,6 +20,14 @@ Tactic decode_tactic(int rows, int tokens, Epilogue ep) {
   return Tactic{Family::kW4a16Mma, rows, tokens, 256, stages, warps, 1, ep, false};
 }
 
+// The prefill family's tactic for a mean of `mean` tokens per expert: 256-token tiles (4 stages)
+// or 128 (5 stages), each the most stages that fit 227 KB. (The 64-token tile, compiled for
+// the tuner, never measured fastest on glm5.)
+Tactic prefill_tactic(double mean, Epilogue ep) {
+  const bool wide = mean >= kPrefillN256MinTokens;
+  return Tactic{Family::kW4a16Wgmma, 128, wide ? 256 : 128, 64, wide ? 4 : 5, 12, 1, ep, false};
+}
+
 }  // namespace
 
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens) {
@@ -33,6 +41,11 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
   ModelOptions mo;
   mo.experts = cfg.num_experts + (cfg.has_shared_expert() ? 1 : 0);
   const auto fits = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).fits; };
+  const double mean = static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
+  if (gpu.has_wgmma() && mean >= kPrefillMinTokens) {
+    const Tactic prefill = prefill_tactic(mean, ep);
+    if (fits(prefill)) return prefill;
+  }
   const Tactic preferred = decode_tactic(128, heuristic_token_tile(cfg, tokens), ep);
   if (fits(preferred)) return preferred;
   // A GPU with less shared memory per block (sm_120: 99 KB) cannot hold the larger tiles. Take
@@ -40,7 +53,8 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
   // the most weight rows, then the most warps: the closest smaller shape, never a silent failure.
   std::optional<Tactic> best;
   for (const Tactic& t : compiled_w4a16_tactics()) {
-    if (t.epilogue != ep || t.tile_tokens > preferred.tile_tokens || !fits(t)) continue;
+    if (t.family != Family::kW4a16Mma || t.epilogue != ep || t.tile_tokens > preferred.tile_tokens || !fits(t))
+      continue;
     if (!best || std::tie(t.tile_tokens, t.tile_rows, t.warps) > std::tie(best->tile_tokens, best->tile_rows, best->warps))
       best = t;
   }

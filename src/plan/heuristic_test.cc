@@ -28,9 +28,20 @@ TEST(Heuristic, PlansOnTheH200) {
   EXPECT_EQ(fc1(glm5, 1, "h200"), "w4a16_mma:m128n8k256:s4:w8:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m128n16k256:s4:w8:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_mma:m128n32k256:s3:w4:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_mma:m128n64k256:s3:w8:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 1023, "h200"), "w4a16_mma:m128n64k256:s3:w8:sk1:swiglu");
+  // From 32 tokens per expert the prefill family (sm_90a), 256-token tiles from 96.
+  EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_wgmma:m128n128k64:s5:w12:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1024, resolve_gpu("h200")).fc2),
-            "w4a16_mma:m128n64k256:s3:w8:sk1:finalize");
+            "w4a16_wgmma:m128n128k64:s5:w12:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 3071, "h200"), "w4a16_wgmma:m128n128k64:s5:w12:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 3072, "h200"), "w4a16_wgmma:m128n256k64:s4:w12:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 65536, "h200"), "w4a16_wgmma:m128n256k64:s4:w12:sk1:swiglu");
+}
+
+TEST(Heuristic, PrefillFamilyOnlyWhereWgmmaExists) {
+  const MoeConfig glm5 = MoeConfig::glm5();
+  for (const char* gpu : {"b200", "rtx-pro-6000", "rtx-5090"})
+    EXPECT_EQ(heuristic_plan(glm5, 65536, resolve_gpu(gpu)).fc1.family, Family::kW4a16Mma) << gpu;
 }
 
 TEST(Heuristic, FallsBackToWhatFitsOnSm120) {
