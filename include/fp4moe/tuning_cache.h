@@ -20,11 +20,13 @@
 
 namespace fp4moe {
 
-// Token buckets: every power of two up to 256 (decode, where each doubling changes the best tile),
-// then every fourth power: 1024, 4096, 16384, 65536. A batch looks up the nearest bucket in
-// log2 distance. A tie (512, 2048, 8192, 32768) goes to the larger bucket: a batch at the midpoint
-// already puts more tokens on each expert than the smaller bucket's tile was chosen for, and on
-// the H200 the larger bucket's winner was the faster one at 2048 (9.6 ms vs 11.1 ms for glm5).
+// Token buckets: every power of two up to 16384, then 65536. Fine steps through 16384 because
+// the best plan changes at nearly every doubling there: the decode family's token tile up to
+// 512, the switch to the prefill family at 1024 and its tile width at 2048 -> 4096. With coarser
+// steps above 256 (1024, 4096, 16384) the H200 measured a cached plan 12% slower than the
+// heuristic at T = 512 (bucket 1024's prefill FC2) and 9% at T = 2048 (bucket 4096's 256-token
+// tiles). A batch looks up the nearest bucket in log2 distance; a tie (only 32768) goes to the
+// larger bucket.
 const std::vector<int64_t>& token_buckets();
 int64_t nearest_bucket(int64_t tokens);
 

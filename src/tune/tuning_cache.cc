@@ -138,7 +138,8 @@ std::string describe(const GemmKey& g) {
 }
 
 const std::vector<int64_t>& token_buckets() {
-  static const std::vector<int64_t> b = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384, 65536};
+  static const std::vector<int64_t> b = {1,   2,    4,    8,    16,   32,    64,    128,
+                                         256, 512, 1024, 2048, 4096, 8192, 16384, 65536};
   return b;
 }
 

@@ -123,10 +123,12 @@ TEST(TuningCache, BucketsAndDirectory) {
   EXPECT_EQ(nearest_bucket(5), 4);
   EXPECT_EQ(nearest_bucket(6), 8);
   EXPECT_EQ(nearest_bucket(300), 256);
-  EXPECT_EQ(nearest_bucket(512), 1024);  // equidistant from 256 and 1024: the larger
-  EXPECT_EQ(nearest_bucket(2048), 4096);
-  EXPECT_EQ(nearest_bucket(1500), 1024);
-  EXPECT_EQ(nearest_bucket(600), 1024);
+  EXPECT_EQ(nearest_bucket(512), 512);
+  EXPECT_EQ(nearest_bucket(2048), 2048);
+  EXPECT_EQ(nearest_bucket(1400), 1024);  // log2 1400 = 10.45
+  EXPECT_EQ(nearest_bucket(1500), 2048);  // log2 1500 = 10.55
+  EXPECT_EQ(nearest_bucket(600), 512);
+  EXPECT_EQ(nearest_bucket(32768), 65536);  // equidistant from 16384 and 65536: the larger
   EXPECT_EQ(nearest_bucket(100000), 65536);
   setenv("FP4MOE_CACHE_DIR", "/tmp/fp4moe-cache-test", 1);
   EXPECT_EQ(TuningCache::directory(), "/tmp/fp4moe-cache-test");
