@@ -14,21 +14,35 @@ namespace {
 
 int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
-// w4a16_mma (src/kernels/gemm/sm80_w4a16_grouped_gemm.cuh, W4a16Traits): every byte of the
-// kernel's request, in the kernel's order.
-ResourceReport model_w4a16(const Tactic& t, const GpuSpec& gpu, DataType dtype, const ModelOptions& o) {
+// The report's identity and, for our families (NVFP4 weights only), whether the tactic can run
+// at all: `arch_ok` false -> unsupported with `arch_reason`.
+ResourceReport w4a16_report(const char* family, const Tactic& t, const GpuSpec& gpu, DataType dtype, bool arch_ok,
+                            const std::string& arch_reason) {
   ResourceReport r = report_header(t, gpu, dtype);
   r.threads = t.warps * 32;
   if (dtype != DataType::kNvfp4) {
     r.supported = false;
-    r.reason = std::string("w4a16_mma streams NVFP4 weights only (") + to_string(dtype) + " is not implemented)";
-    return r;
-  }
-  if (gpu.sm < 80) {
+    r.reason = std::string(family) + " streams NVFP4 weights only (" + to_string(dtype) + " is not implemented)";
+  } else if (!arch_ok) {
     r.supported = false;
-    r.reason = "w4a16_mma needs mma.sync bf16 (sm_80+), " + gpu.arch_name() + " has none";
-    return r;
+    r.reason = arch_reason;
   }
+  return r;
+}
+
+// CTAs per SM by shared memory (+ the per-block reservation) and threads; 0 when it does not fit.
+int ctas_per_sm(const ResourceReport& r, const GpuSpec& gpu) {
+  const int64_t per_cta = r.total_bytes + gpu.smem_reserved_per_block;
+  return r.fits ? static_cast<int>(std::min<int64_t>(gpu.smem_per_sm / per_cta, gpu.max_threads_per_sm / r.threads))
+                : 0;
+}
+
+// w4a16_mma (src/kernels/gemm/sm80_w4a16_grouped_gemm.cuh, W4a16Traits): every byte of the
+// kernel's request, in the kernel's order.
+ResourceReport model_w4a16(const Tactic& t, const GpuSpec& gpu, DataType dtype, const ModelOptions& o) {
+  ResourceReport r = w4a16_report("w4a16_mma", t, gpu, dtype, gpu.sm >= 80,
+                                  "w4a16_mma needs mma.sync bf16 (sm_80+), " + gpu.arch_name() + " has none");
+  if (!r.supported) return r;
   const int64_t rows = t.tile_rows, tokens = t.tile_tokens, k = t.tile_k;
   r.stage_items = {
       {"weights: " + std::to_string(rows) + " rows x " + std::to_string(k) + " K x 1/2 B (e2m1)", rows * k / 2},
@@ -66,30 +80,17 @@ ResourceReport model_w4a16(const Tactic& t, const GpuSpec& gpu, DataType dtype, 
         << r.limit_bytes << (r.fits ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B");
   }
   r.reason = why.str();
-  const int64_t per_cta = r.total_bytes + gpu.smem_reserved_per_block;
-  r.ctas_per_sm = r.fits ? static_cast<int>(std::min<int64_t>(gpu.smem_per_sm / per_cta,
-                                                              gpu.max_threads_per_sm / r.threads))
-                         : 0;
+  r.ctas_per_sm = ctas_per_sm(r, gpu);
   return r;
 }
-
 
 // w4a16_wgmma (src/kernels/gemm/sm90_w4a16_wgmma_grouped_gemm.cuh, W4a16WgmmaTraits): every byte
 // of the kernel's request, in the kernel's order.
 ResourceReport model_w4a16_wgmma(const Tactic& t, const GpuSpec& gpu, DataType dtype, const ModelOptions& o) {
-  ResourceReport r = report_header(t, gpu, dtype);
-  r.threads = t.warps * 32;
-  if (dtype != DataType::kNvfp4) {
-    r.supported = false;
-    r.reason = std::string("w4a16_wgmma streams NVFP4 weights only (") + to_string(dtype) + " is not implemented)";
-    return r;
-  }
-  if (!gpu.has_wgmma()) {
-    r.supported = false;
-    r.reason = "w4a16_wgmma needs wgmma, setmaxnreg and the bulk tensor copy of sm_90a; " + gpu.arch_name() +
-               " has no wgmma (the w4a16_mma family runs there)";
-    return r;
-  }
+  ResourceReport r = w4a16_report("w4a16_wgmma", t, gpu, dtype, gpu.has_wgmma(),
+                                  "w4a16_wgmma needs wgmma, setmaxnreg and the bulk tensor copy of sm_90a; " +
+                                      gpu.arch_name() + " has no wgmma (the w4a16_mma family runs there)");
+  if (!r.supported) return r;
   const int64_t rows = t.tile_rows, tokens = t.tile_tokens, k = t.tile_k;
   r.stage_items = {
       {"A: " + std::to_string(rows) + " rows x " + std::to_string(k) + " K x 2 B (dequantized bf16, swizzled)", rows * k * 2},
@@ -120,10 +121,7 @@ ResourceReport model_w4a16_wgmma(const Tactic& t, const GpuSpec& gpu, DataType d
       << r.epilogue_bytes << " (epilogue) = " << r.total_bytes << (r.fits ? " <= " : " > ") << r.limit_bytes
       << (r.fits ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B");
   r.reason = why.str();
-  const int64_t per_cta = r.total_bytes + gpu.smem_reserved_per_block;
-  r.ctas_per_sm = r.fits ? static_cast<int>(std::min<int64_t>(gpu.smem_per_sm / per_cta,
-                                                              gpu.max_threads_per_sm / r.threads))
-                         : 0;
+  r.ctas_per_sm = ctas_per_sm(r, gpu);
   return r;
 }
 

@@ -1,7 +1,7 @@
 // Builds a registry entry for one w4a16 tactic (included by the src/kernels/inst files only).
 #pragma once
 
-#include "kernels/common/cuda_check.h"
+#include "kernels/common/launch.h"
 #include "kernels/gemm/sm80_w4a16_grouped_gemm.cuh"
 #include "kernels/gemm/w4a16_registry.h"
 
@@ -16,17 +16,8 @@ W4a16Kernel make_w4a16_kernel() {
   k.dynamic_smem_bytes = [](int experts) { return W4a16Traits<kT>::dynamic_smem_bytes(experts); };
   k.tile_floats = W4a16Traits<kT>::kTileFloats;
   k.launch = [](const W4a16GemmParams& p, int grid, int smem, bool pdl, cudaStream_t stream) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(kT.warps * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, &w4a16_grouped_gemm_kernel<encode_tactic(kT)>, p));
+    launch_kernel(&w4a16_grouped_gemm_kernel<encode_tactic(kT)>, dim3(grid), dim3(kT.warps * 32), smem, pdl,
+                  stream, p);
   };
   return k;
 }

@@ -3,7 +3,7 @@
 // token tile of contiguous rows (the layer gathers FC1's rows into permuted order first).
 #pragma once
 
-#include "kernels/common/cuda_check.h"
+#include "kernels/common/launch.h"
 #include "kernels/common/tensor_map.h"
 #include "kernels/gemm/sm90_w4a16_wgmma_grouped_gemm.cuh"
 #include "kernels/gemm/w4a16_registry.h"
@@ -22,17 +22,7 @@ W4a16Kernel make_w4a16_wgmma_kernel() {
   k.launch = [](const W4a16GemmParams& p, int grid, int smem, bool pdl, cudaStream_t stream) {
     FP4MOE_CHECK(p.gather == nullptr, "w4a16_wgmma reads contiguous token rows: gather them first");
     const CUtensorMap map = make_bf16_rows_tensor_map(p.x, p.x_rows, p.k, p.x_stride, kT.tile_tokens);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(kT.warps * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kKernel, p, map));
+    launch_kernel(kKernel, dim3(grid), dim3(kT.warps * 32), smem, pdl, stream, p, map);
   };
   return k;
 }

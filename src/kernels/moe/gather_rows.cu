@@ -4,6 +4,7 @@
 
 #include "fp4moe/error.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/launch.h"
 #include "kernels/gemm/grouped_units.cuh"
 
 namespace fp4moe::kernels {
@@ -37,16 +38,8 @@ void launch_gather_rows(const uint16_t* x, int64_t x_stride, const int* row_toke
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t units = rows * (k / 8);
   const int grid = static_cast<int>(std::min<int64_t>((units + 255) / 256, int64_t{sms} * 8));
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(256);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  FP4MOE_CUDA_CHECK(cudaLaunchKernelEx(&cfg, &gather_rows_kernel, x, x_stride, row_token, rows, k / 8, out));
+  launch_kernel(&gather_rows_kernel, dim3(grid), dim3(256), 0, pdl, stream, x, x_stride, row_token, rows, k / 8,
+                out);
 }
 
 }  // namespace fp4moe::kernels
