@@ -2,7 +2,7 @@
 # On a machine with a GPU, from already built binaries: the GPU tests, compute-sanitizer
 # (memcheck, racecheck) on small cases, the tuner's acceptance, the benchmarks and a profile.
 # Logs and JSON go to OUT_DIR.
-#   scripts/gpu_check.sh BIN_DIR OUT_DIR [tests|sanitize|tune|checkpoint|bench|profile|all]...
+#   scripts/gpu_check.sh BIN_DIR OUT_DIR [tests|sanitize|tune|checkpoint|bench|families|profile|all]...
 # BIN_DIR holds fp4moe and fp4moe_gpu_tests (a build tree's, or copies of them).
 set -uo pipefail
 bin=$1; out=$2; shift 2
@@ -53,6 +53,20 @@ if has bench; then
     echo "== bench $p"
     timeout 240 "$bin/fp4moe" bench --preset $p --json "$out/bench_$p.json" 2>/dev/null | tee "$out/bench_$p.txt"
   done
+fi
+if has families; then
+  # The prefill issue's "no cliff" check in one binary: the heuristic plan against each family's
+  # tactics alone (both GEMMs forced) at the token counts where the families meet.
+  ts=128,256,512,1024,2048,4096,8192,16384
+  echo "== families (glm5)"
+  timeout 200 "$bin/fp4moe" bench --preset glm5 --tokens $ts --no-cache --no-baseline --json "$out/fam_dispatched.json" > /dev/null 2>&1
+  for t in w4a16_mma:m128n8k256:s4:w4:sk1 w4a16_mma:m128n16k256:s4:w4:sk1 w4a16_mma:m128n32k256:s3:w4:sk1 \
+           w4a16_mma:m128n64k256:s3:w8:sk1 w4a16_wgmma:m128n64k64:s6:w12:sk1 w4a16_wgmma:m128n128k64:s5:w12:sk1 \
+           w4a16_wgmma:m128n256k64:s4:w12:sk1; do
+    timeout 200 "$bin/fp4moe" bench --preset glm5 --tokens $ts --no-cache --no-baseline --fc1 "$t:swiglu" \
+      --fc2 "$t:finalize" --json "$out/fam_$(echo "$t" | tr ':' '_').json" > /dev/null 2>&1
+  done
+  python3 "$(dirname "$0")/compare_families.py" "$out/fam_dispatched.json" "$out"/fam_w4a16_*.json | tee "$out/families.md"
 fi
 if has profile; then
   echo "== ncu (glm5, T = 64: FC1 and FC2)"

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""The prefill issue's "no cliff" check: the dispatched layer against each family's best tactic.
+
+Usage: compare_families.py DISPATCHED.json FORCED.json [FORCED.json ...]
+Each file is an `fp4moe bench --json` run (schema fp4moe-bench/1); the forced runs hold one
+tactic pair each (`--fc1 X:swiglu --fc2 X:finalize`). For every token count the table gives the
+fastest forced run of each family and the dispatched layer's ratio to the faster of the two;
+exit status 1 when that ratio exceeds 1.05 anywhere (slower than a family alone by over 5%).
+"""
+import json
+import sys
+
+
+def rows(path):
+    with open(path) as f:
+        d = json.load(f)
+    return {r["tokens"]: r["ours"] for r in d["rows"] if "ours" in r}
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        return 2
+    dispatched = rows(argv[1])
+    best = {}  # (tokens, family) -> (us, tactic)
+    for path in argv[2:]:
+        for t, o in rows(path).items():
+            family = o["fc1_tactic"].split(":")[0]
+            if (t, family) not in best or o["median_us"] < best[(t, family)][0]:
+                best[(t, family)] = (o["median_us"], ":".join(o["fc1_tactic"].split(":")[1:4]))
+    families = sorted({f for _, f in best})
+    print("| T | dispatched µs (fc1) | " + " | ".join(f"best {f} µs (tile)" for f in families) + " | dispatched / best |")
+    print("|---|---|" + "---|" * len(families) + "---|")
+    cliff = False
+    for t in sorted(dispatched):
+        cands = [best[(t, f)] for f in families if (t, f) in best]
+        if not cands:
+            continue
+        ratio = dispatched[t]["median_us"] / min(c[0] for c in cands)
+        cliff |= ratio > 1.05
+        cells = [f"{best[(t, f)][0]:.1f} ({best[(t, f)][1]})" if (t, f) in best else "-" for f in families]
+        fc1 = ":".join(dispatched[t]["fc1_tactic"].split(":")[:2])
+        print(f"| {t} | {dispatched[t]['median_us']:.1f} ({fc1}) | " + " | ".join(cells) + f" | {ratio:.3f}{' CLIFF' if ratio > 1.05 else ''} |")
+    return 1 if cliff else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
