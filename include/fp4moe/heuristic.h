@@ -19,13 +19,21 @@ namespace fp4moe {
 inline constexpr double kPrefillMinTokens = 32;
 inline constexpr double kPrefillN256MinTokens = 96;
 
-// Decode token tile: the smallest of 8, 16, 32, 64 covering the expected busiest expert
-// (mean + 2 sqrt(mean) + 1 with mean = T * k / E), 64 at most.
+// Decode token tile, from mean = T * k / E: 8 up to kDecodeN8MaxMean, 16 up to kDecodeN16MaxMean,
+// else 64. Measured: the tuner's fastest tile on the H200 (glm5) was 8 at a mean of 4 and 16 at
+// 8, 16 and 32; among the decode tiles 64 was fastest at 64 and 128 (where sm_90a runs the
+// prefill family instead). The rule it replaced sized the tile to the expected busiest expert
+// (mean + 2 sqrt(mean) + 1) and ran 7-12% slower at T = 128, 256 and 512.
+inline constexpr double kDecodeN8MaxMean = 6;
+inline constexpr double kDecodeN16MaxMean = 32;
+// 8 warps per CTA instead of 4 while fewer than one expert in ten holds a token.
+inline constexpr double kDecodeEightWarpsBelowMean = 0.1;
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens);
 // The tactic for one GEMM: the prefill family where the rule above takes it; otherwise the
-// decode family's: token tile as above, 128 weight rows, stages and
-// warps as compiled; where the resource model says that does not fit on `gpu`, the fitting
-// compiled tactic with the largest token tile not above it (then most rows, then most warps).
+// decode family's: token tile as above, 128 weight rows (64 for FC2's 8-token tile), 4 warps
+// (8 below kDecodeEightWarpsBelowMean and for the 64-token tile), the compiled stages; where
+// the resource model says that does not fit on `gpu`, the fitting compiled tactic with the
+// largest token tile not above it (then most rows, then most warps).
 // (The family schedules stream-K over all resident CTAs, so no split-K factor is chosen.)
 Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epilogue ep);
 LayerPlan heuristic_plan(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu);

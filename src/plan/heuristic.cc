@@ -1,8 +1,7 @@
-// The decode family's tactic heuristic (see include/fp4moe/heuristic.h).
+// The tactic heuristic of both families (see include/fp4moe/heuristic.h, docs/HEURISTIC.md).
 #include "fp4moe/heuristic.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "fp4moe/error.h"
 #include "fp4moe/resource_model.h"
@@ -10,13 +9,16 @@
 namespace fp4moe {
 namespace {
 
-// The compiled decode tactics (src/kernels/inst): 4 stages up to 16 tokens per tile (2 CTAs per
-// SM on the H200), 3 beyond (still 2 CTAs per SM for 128 x 32; the 128 x 64 tile's 155 KB leave
-// one); 8 warps (16 per SM: the dequantization is issue-bound and needs the latency hiding)
-// except for the 128 x 32 tile, whose 2 x 2 warps fit 4.
-Tactic decode_tactic(int rows, int tokens, Epilogue ep) {
-  const int stages = (rows == 64 && tokens <= 16) || (rows == 128 && tokens <= 16) ? 4 : 3;
-  const int warps = rows == 128 && tokens != 32 ? 8 : 4;
+// The decode family's tactic for a token tile (all compiled, src/kernels/inst), as the tuner ranked
+// them on the H200 (docs/HEURISTIC.md, docs/measurements/h200_glm5_tune.json): 128 weight rows
+// and 4 warps, except 8 warps while almost no expert holds a token (mean < 0.1: FC1 1-2% faster
+// at T = 1, 2) and for the 64-token tile, and 64 rows for FC2's 8-token tile (FC2 has a quarter
+// of FC1's K groups: smaller units balance better; up to 4.6% faster). 4 stages up to 16 tokens
+// per tile, 3 beyond (what fits two CTAs per SM where possible).
+Tactic decode_tactic(int tokens, double mean, Epilogue ep) {
+  const int rows = ep == Epilogue::kFinalize && tokens == 8 ? 64 : 128;
+  const int stages = tokens <= 16 ? 4 : 3;
+  const int warps = rows == 128 && (tokens == 64 || mean < kDecodeEightWarpsBelowMean) ? 8 : 4;
   return Tactic{Family::kW4a16Mma, rows, tokens, 256, stages, warps, 1, ep, false};
 }
 
@@ -32,8 +34,8 @@ Tactic prefill_tactic(double mean, Epilogue ep) {
 
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens) {
   const double mean = static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
-  const double busiest = mean + 2.0 * std::sqrt(mean) + 1.0;
-  for (int n : {8, 16, 32}) if (busiest <= n) return n;
+  if (mean <= kDecodeN8MaxMean) return 8;
+  if (mean <= kDecodeN16MaxMean) return 16;
   return 64;
 }
 
@@ -46,7 +48,7 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
     const Tactic prefill = prefill_tactic(mean, ep);
     if (fits(prefill)) return prefill;
   }
-  const Tactic preferred = decode_tactic(128, heuristic_token_tile(cfg, tokens), ep);
+  const Tactic preferred = decode_tactic(heuristic_token_tile(cfg, tokens), mean, ep);
   if (fits(preferred)) return preferred;
   // A GPU with less shared memory per block (sm_120: 99 KB) cannot hold the larger tiles. Take
   // the compiled tactic that fits with the largest token tile not above the preferred one, then

@@ -1,5 +1,6 @@
-// The tactic heuristic: the documented token-tile rule on a GPU where everything fits, and the
-// fallback on GPUs with less shared memory per block (every choice fits, by the resource model).
+// The tactic heuristic: the family switch and the documented token-tile rule on a GPU where
+// everything fits, and the fallback on GPUs with less shared memory per block (every choice
+// fits, by the resource model).
 #include "fp4moe/heuristic.h"
 
 #include <gtest/gtest.h>
@@ -13,22 +14,28 @@ std::string fc1(const MoeConfig& cfg, int64_t tokens, const std::string& gpu) {
   return format_tactic(heuristic_plan(cfg, tokens, resolve_gpu(gpu)).fc1);
 }
 
-TEST(Heuristic, TokenTileFollowsTheBusiestExpert) {
+TEST(Heuristic, TokenTileFollowsTheMeanTokensPerExpert) {
   const MoeConfig glm5 = MoeConfig::glm5();  // E 256, top-8: mean T / 32 tokens per expert
   EXPECT_EQ(heuristic_token_tile(glm5, 1), 8);
-  EXPECT_EQ(heuristic_token_tile(glm5, 106), 8);    // mean 3.31: busiest (sqrt(mean) + 1)^2 = 7.95
-  EXPECT_EQ(heuristic_token_tile(glm5, 107), 16);   // mean 3.34: 8.0 and a bit
-  EXPECT_EQ(heuristic_token_tile(glm5, 288), 16);   // mean 9: busiest 16
-  EXPECT_EQ(heuristic_token_tile(glm5, 289), 32);
-  EXPECT_EQ(heuristic_token_tile(glm5, 4096), 64);
+  EXPECT_EQ(heuristic_token_tile(glm5, 192), 8);    // mean 6
+  EXPECT_EQ(heuristic_token_tile(glm5, 193), 16);
+  EXPECT_EQ(heuristic_token_tile(glm5, 1024), 16);  // mean 32
+  EXPECT_EQ(heuristic_token_tile(glm5, 1025), 64);
+  EXPECT_EQ(heuristic_token_tile(glm5, 65536), 64);
 }
 
 TEST(Heuristic, PlansOnTheH200) {
   const MoeConfig glm5 = MoeConfig::glm5();
+  const auto fc2 = [&](int64_t t) { return format_tactic(heuristic_plan(glm5, t, resolve_gpu("h200")).fc2); };
+  // The tuner's winners at these buckets (docs/measurements/h200_glm5_tune.json).
   EXPECT_EQ(fc1(glm5, 1, "h200"), "w4a16_mma:m128n8k256:s4:w8:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m128n16k256:s4:w8:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_mma:m128n32k256:s3:w4:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 1023, "h200"), "w4a16_mma:m128n64k256:s3:w8:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 4, "h200"), "w4a16_mma:m128n8k256:s4:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 128, "h200"), "w4a16_mma:m128n8k256:s4:w4:sk1:swiglu");
+  EXPECT_EQ(fc2(128), "w4a16_mma:m64n8k256:s4:w4:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m128n16k256:s4:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_mma:m128n16k256:s4:w4:sk1:swiglu");
+  EXPECT_EQ(fc2(512), "w4a16_mma:m128n16k256:s4:w4:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 1023, "h200"), "w4a16_mma:m128n16k256:s4:w4:sk1:swiglu");
   // From 32 tokens per expert the prefill family (sm_90a), 256-token tiles from 96.
   EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_wgmma:m128n128k64:s5:w12:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1024, resolve_gpu("h200")).fc2),
