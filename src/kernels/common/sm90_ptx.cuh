@@ -42,12 +42,6 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
-// An arrival on `bar` once every cp.async this thread issued before has landed; .noinc: the
-// arrival is one of the barrier's expected count.
-__device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
-
 // ---- bulk copies, global -> shared, completing on an mbarrier -------------------------------
 // cp.async.bulk: `bytes` (a multiple of 16, both addresses 16-byte aligned) as one transfer.
 __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {

@@ -3,8 +3,8 @@
 //
 // Same numerics and operands as the decode family (sm80_w4a16_grouped_gemm.cuh): out^T = W . X^T
 // with NVFP4 weights W prepacked in kernel order (prepack_layout.h), bf16 tokens X, fp32
-// accumulation, the same three epilogues. What changes is the engine, for hundreds of tokens
-// per expert where the tensor cores, not the weight bytes, set the pace:
+// accumulation, the swiglu and finalize epilogues. What changes is the engine, for hundreds of
+// tokens per expert where the tensor cores, not the weight bytes, set the pace:
 //
 //   - wgmma m64nNk16 (N = the token tile, 64..256; an expert's partial last tile runs the
 //     narrowest N in steps of 64 that covers it) with both operands in shared memory,
@@ -82,6 +82,8 @@ struct W4a16WgmmaTraits {
   static_assert(kT.warps == 12, "one producer and two consumer warpgroups");
   static_assert(kTokens == 64 || kTokens == 128 || kTokens == 256, "wgmma N of 64, 128 or 256");
   static_assert(kT.split_k == 1, "persistent tiles: no split-K");
+  static_assert(kT.epilogue == Epilogue::kSwiglu || kT.epilogue == Epilogue::kFinalize,
+                "the prefill family serves FC1 (swiglu) and FC2 (finalize) only");
   static_assert(kStageBytes % 1024 == 0, "stages keep the swizzled tiles 1024-byte aligned");
 
   // Beyond the stages: 2 barriers per stage; the unit prefix (4 B per group + 1); the scan's
@@ -276,17 +278,6 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
               }
             }
         }
-      } else if constexpr (kT.epilogue == Epilogue::kNone) {
-        const int rows_pad = p.rowtiles * 16;
-#pragma unroll
-        for (int j = 0; j < kTokens / 8; ++j)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int n = 8 * j + 2 * t + (i & 1);
-            const int row = rt * 16 + g + (i >> 1) * 8;
-            if (n < cu.ntok && row < p.rows)
-              p.raw_out[static_cast<int64_t>(cu.tok0 + n) * rows_pad + row] = acc[4 * j + i] * ka;
-          }
       } else {
         // Finalize, phase 1: the weighted rows of this warpgroup's 64 rows to rows_out.
 #pragma unroll
