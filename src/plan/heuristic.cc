@@ -22,12 +22,12 @@ Tactic decode_tactic(int tokens, double mean, Epilogue ep) {
   return Tactic{Family::kW4a16Mma, rows, tokens, 256, stages, warps, 1, ep, false};
 }
 
-// The prefill family's tactic for a mean of `mean` tokens per expert: 256-token tiles (4 stages)
-// or 128 (5 stages), each the most stages that fit 227 KB. (The 64-token tile, compiled for
-// the tuner, never measured fastest on glm5.)
+// The prefill family's tactic for a mean of `mean` tokens per expert: 256-token tiles (5 stages)
+// or 128 (9 stages), about 195 KB of stages each. (The 64-token tile, compiled for the tuner,
+// never measured fastest on glm5.)
 Tactic prefill_tactic(double mean, Epilogue ep) {
   const bool wide = mean >= kPrefillN256MinTokens;
-  return Tactic{Family::kW4a16Wgmma, 128, wide ? 256 : 128, 64, wide ? 4 : 5, 12, 1, ep, false};
+  return Tactic{Family::kW4a16Wgmma, 128, wide ? 256 : 128, 64, wide ? 5 : 9, 12, 1, ep, false};
 }
 
 }  // namespace

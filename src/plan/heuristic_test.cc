@@ -37,12 +37,12 @@ TEST(Heuristic, PlansOnTheH200) {
   EXPECT_EQ(fc2(512), "w4a16_mma:m128n16k256:s4:w4:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 1023, "h200"), "w4a16_mma:m128n16k256:s4:w4:sk1:swiglu");
   // From 32 tokens per expert the prefill family (sm_90a), 256-token tiles from 96.
-  EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_wgmma:m128n128k64:s5:w12:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_wgmma:m128n128k64:s9:w12:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1024, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m128n128k64:s5:w12:sk1:finalize");
-  EXPECT_EQ(fc1(glm5, 3071, "h200"), "w4a16_wgmma:m128n128k64:s5:w12:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 3072, "h200"), "w4a16_wgmma:m128n256k64:s4:w12:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 65536, "h200"), "w4a16_wgmma:m128n256k64:s4:w12:sk1:swiglu");
+            "w4a16_wgmma:m128n128k64:s9:w12:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 3071, "h200"), "w4a16_wgmma:m128n128k64:s9:w12:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 3072, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 65536, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
 }
 
 TEST(Heuristic, PrefillFamilyOnlyWhereWgmmaExists) {

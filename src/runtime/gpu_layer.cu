@@ -14,6 +14,7 @@
 #include "fp4moe/tuning_cache.h"
 #include "fp4moe/version.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/fragment_order.h"
 #include "kernels/gemm/w4a16_registry.h"
 #include "kernels/moe/gather_rows.h"
 #include "kernels/moe/routing.cuh"
@@ -91,7 +92,8 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   // workspace
   int64_t cap_tokens_ = 0;
   DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, counts_,
-      cursors_, act_, partials_, unit_counters_, rows_out_, token_counters_, x_perm_, grid_barrier_;
+      cursors_, act_, partials_, unit_counters_, rows_out_, token_counters_, x_perm_, grid_barrier_,
+      unit_tickets_;
   std::shared_ptr<const TuningCache> cache_;
   CacheIdentity identity_;
   std::vector<std::string> cache_warnings_;
@@ -255,14 +257,16 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
       {&pair_row_, size_t(P * 4), false},
       {&counts_, size_t(groups_ + 1) * 4, false},
       {&cursors_, size_t(groups_ + 1) * 4, false},
-      {&act_, size_t(P * I * 2), false},
+      {&act_, size_t(P * kernels::fragment_order_pitch(I) * 2), false},
       {&partials_, size_t(partial_floats * 4), false},
       {&unit_counters_, size_t(tiles_bound * row_blocks_bound * 4), true},
       {&rows_out_, size_t(P * H * 4), false},
       {&token_counters_, size_t(tokens * ((fc2_.rowtiles() + 3) / 4) * 4), true},
       {&grid_barrier_, 8, true},
-      // the prefill family reads FC1's tokens gathered into permuted order
-      {&x_perm_, plan.fc1.family == Family::kW4a16Wgmma ? size_t(P * H * 2) : size_t{0}, false},
+      {&unit_tickets_, 8, true},  // the prefill family's unit scheduler: FC1's, FC2's
+      // the prefill family reads FC1's tokens gathered into permuted order (fragment order)
+      {&x_perm_, plan.fc1.family == Family::kW4a16Wgmma ? size_t(P * kernels::fragment_order_pitch(H) * 2) : size_t{0},
+       false},
   };
   bool grow = false;
   for (const Need& n : needs) grow |= n.buf->bytes() < n.bytes;
@@ -323,7 +327,16 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   rp.pair_row = pair_row_.get<int>();
   rp.counts = counts_.get<int>();
   rp.cursors = cursors_.get<int>();
+  // FC2's tokens (act) in the order its family reads: fragment order with whole 64-element
+  // chunks for the prefill family (FC1's epilogue writes the real columns; a partial last chunk
+  // scatters them, so the chunk is zeroed first), natural rows of I for the decode family.
+  const int64_t I = cfg_.intermediate;
+  const bool act_fragment_order = k2.tactic.family == Family::kW4a16Wgmma;
+  const int64_t act_stride = act_fragment_order ? kernels::fragment_order_pitch(I) : I;
   record(0);
+  if (act_fragment_order && I % kernels::kFragmentChunk != 0)
+    FP4MOE_CUDA_CHECK(cudaMemset2DAsync(act_.get<uint16_t>() + act_stride - kernels::kFragmentChunk, act_stride * 2, 0,
+                                        kernels::kFragmentChunk * 2, tokens * slots_, s));
   kernels::launch_routing(rp, s);
   // Programmatic dependent launches (sm_90+): each kernel's CTAs become resident while the
   // previous one runs and wait for its inputs with griddepcontrol.wait.
@@ -345,15 +358,18 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f1.num_experts = groups_;
   f1.expert_offsets = offsets_.get<int>();
   f1.x = gathered ? x_perm_.get<uint16_t>() : hidden;
-  f1.x_stride = cfg_.hidden;
+  f1.x_stride = gathered ? kernels::fragment_order_pitch(cfg_.hidden) : cfg_.hidden;
   f1.x_rows = gathered ? tokens * slots_ : tokens;
   f1.gather = gathered ? nullptr : row_token_.get<int>();
   f1.scale_a = gate_gs_.get<float>();
   f1.scale_b = up_gs_.get<float>();
   f1.partials = partials_.get<float>();
   f1.unit_counters = unit_counters_.get<int>();
+  f1.unit_ticket = unit_tickets_.get<int>();
   f1.act_out = act_.get<uint16_t>();
-  f1.act_cols = static_cast<int>(cfg_.intermediate);
+  f1.act_cols = static_cast<int>(I);
+  f1.act_stride = act_stride;
+  f1.act_fragment_order = act_fragment_order;
   k1.launch(f1, grid_for(k1), k1.dynamic_smem_bytes(groups_), pdl, s);
   record(2);
 
@@ -367,7 +383,7 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f2.num_experts = groups_;
   f2.expert_offsets = offsets_.get<int>();
   f2.x = act_.get<uint16_t>();
-  f2.x_stride = cfg_.intermediate;
+  f2.x_stride = act_stride;
   f2.x_rows = tokens * slots_;
   f2.scale_a = down_gs_.get<float>();
   f2.partials = partials_.get<float>();
@@ -379,6 +395,7 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f2.rows_out = rows_out_.get<float>();
   f2.token_counters = token_counters_.get<int>();
   f2.grid_barrier = grid_barrier_.get<unsigned>();
+  f2.unit_ticket = unit_tickets_.get<int>() + 1;
   f2.out = out;
   k2.launch(f2, grid_for(k2), k2.dynamic_smem_bytes(groups_), pdl, s);
   record(3);

@@ -1,10 +1,14 @@
 // The GPU prepack kernel against the host evaluation of the same layout functions, bit for
 // bit, on shapes with padding in rows and in K, interleaved (FC1) and plain (FC2); and the
-// layout itself against its definition for a few hand-picked elements.
+// layout itself against its definition for a few hand-picked elements; and the token order of
+// the prefill family (fragment order) against where the prepack puts each weight.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "fp4moe/synthetic.h"
 #include "gpu_test_util.h"
+#include "kernels/common/fragment_order.h"
 #include "kernels/moe/prepack_layout.h"
 #include "kernels/moe/weight_prep.h"
 
@@ -77,6 +81,41 @@ TEST(PrepackLayout, HandPickedElementsLandWhereTheLayoutSays) {
   EXPECT_EQ(kernels::prepack_source_row(12, 8, true).matrix, 1);
   EXPECT_EQ(kernels::prepack_source_row(12, 8, true).row, 4);
   EXPECT_EQ(kernels::prepack_source_row(20, 8, true).row, -1);  // gate row 12 >= 8: padding
+}
+
+TEST(FragmentOrder, PutsEveryTokenElementInTheSlotOfItsWeightInTheWgmmaFragment) {
+  // One nonzero weight at a time (row r, K k of chunk 1): find the (lane, step, slot) of the
+  // prepacked words that holds it, then the k slot of wgmma's register fragment that slot feeds
+  // (lane (g, t): registers V0V1 = row g, slots 2t, 2t+1; V2V3 = row g+8, the same slots;
+  // V4V5 = row g, 2t+8, 2t+9; V6V7 = row g+8). The token element k must sit at that position of
+  // k step `step` in fragment order: 64 + 16 * step + slot.
+  constexpr int64_t kRows = 16, kK = 256;
+  Nvfp4Matrix m = make_synthetic_nvfp4(kRows, kK, 1, 0, WeightInit::kRandomCodes);
+  std::fill(m.block_scales.begin(), m.block_scales.end(), uint8_t{0x38});  // E4M3 1.0
+  const kernels::Nvfp4View v{m.data.data(), m.block_scales.data()};
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t k = 64; k < 128; ++k) {
+      std::fill(m.data.begin(), m.data.end(), uint8_t{0});
+      m.data[(r * kK + k) / 2] = (k & 1) ? 0x50 : 0x05;  // code 5 (1.5) at (r, k)
+      int found = 0;
+      for (int lane = 0; lane < 32; ++lane)
+        for (int step = 0; step < 4; ++step) {
+          const uint32_t word = kernels::prepack_word(&v, kRows, kK, false, 0, 0, 1, lane, step);
+          for (int slot_v = 0; slot_v < 8; ++slot_v) {
+            if ((word & kernels::fp4_word_place(0xF, slot_v)) != kernels::fp4_word_place(5, slot_v)) continue;
+            ++found;
+            const int g = lane >> 2, t = lane & 3, reg = slot_v / 2;
+            EXPECT_EQ(r, g + ((reg & 1) ? 8 : 0)) << "row of slot " << slot_v;
+            const int kslot = 2 * t + (reg >= 2 ? 8 : 0) + (slot_v & 1);
+            EXPECT_EQ(kernels::fragment_order_position(k), 64 + 16 * step + kslot)
+                << "row " << r << " k " << k << ": lane " << lane << " step " << step << " slot " << slot_v;
+            EXPECT_EQ(kernels::fragment_order_element(64 + 16 * step + kslot), k);
+          }
+        }
+      EXPECT_EQ(found, 1) << "row " << r << " k " << k;
+    }
+  EXPECT_EQ(kernels::fragment_order_pitch(144), 192);
+  EXPECT_EQ(kernels::fragment_order_pitch(6144), 6144);
 }
 
 }  // namespace

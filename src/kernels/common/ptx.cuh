@@ -46,10 +46,6 @@ __device__ __forceinline__ uint4 ld_shared_v4(const void* p) {
   return v;
 }
 
-__device__ __forceinline__ void st_shared_v4(void* p, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(x), "r"(y), "r"(z), "r"(w));
-}
 
 __device__ __forceinline__ uint2 ld_shared_v2(const void* p) {
   uint2 v;

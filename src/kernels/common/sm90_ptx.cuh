@@ -1,5 +1,5 @@
 // Thin wrappers over the sm_90 instructions of the prefill family: mbarriers, the bulk copy
-// engine (TMA), wgmma, proxy fences, named barriers and register reallocation. Each names the
+// engine (TMA), wgmma and register reallocation. Each names the
 // instruction it emits (PTX ISA 8.x). Only code compiled for sm_90a may call them.
 #pragma once
 
@@ -61,17 +61,6 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
       : "memory");
 }
 
-// ---- ordering -----------------------------------------------------------------------------
-// Ordinary shared-memory stores before this fence are visible to the async proxy (wgmma's
-// operand reads) once a barrier orders them.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-// bar.sync on a named barrier (1..15) among `threads` threads (a multiple of 32).
-__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // ---- register reallocation between warpgroups (setmaxnreg) ---------------------------------
 template <int kRegs>
 __device__ __forceinline__ void setmaxnreg_dec() {
@@ -110,43 +99,54 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// wgmma.mma_async m64nNk16, bf16 x bf16 -> f32, both operands from shared memory (K-major).
+// The same for a register A operand: keeps the registers of an in-flight wgmma from being
+// reused before the wait that retires it.
+template <int kN>
+__device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(a[i])::"memory");
+}
+
+// wgmma.mma_async m64nNk16, bf16 x bf16 -> f32: A (64 x 16) from registers, B (16 x N, K-major)
+// from shared memory. a is the warp's 16 rows of A in the mma.sync m16n8k16 A-fragment layout
+// (lane (g, t): a[0] = row g, k 2t..2t+1; a[1] = row g+8, k 2t..; a[2] = row g, k 2t+8..;
+// a[3] = row g+8, k 2t+8..); warp w of the warpgroup holds rows 16w..16w+15. The MMA reads a
+// asynchronously: the caller keeps those registers unchanged until a wgmma_wait retires it.
 // d may be a larger accumulator array: an N-column MMA uses its first N / 2 registers, which
 // hold the same columns in every width (so a kernel narrows the MMA to a partial token tile).
 // Accumulator d[4j + i] of lane (g = lane / 4, t = lane % 4) in warp w of the warpgroup:
 //   row 16w + g (+8 for i >= 2), column 8j + 2t + (i & 1).
-// D[64 x 64] (+)= A[64 x 16] . B[16 x 64]; accumulate = 0 overwrites D. d holds at least 32.
+// D[64 x N] (+)= A[64 x 16] . B[16 x N]; accumulate = 0 overwrites D.
 template <int kN>
-__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[kN], uint64_t desc_a, uint64_t desc_b,
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[kN], const uint32_t (&a)[4], uint64_t desc_b,
                                                    uint32_t accumulate) {
   static_assert(kN >= 32, "accumulator array too small for N = 64");
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
       :
         "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-// D[64 x 128] (+)= A[64 x 16] . B[16 x 128]; accumulate = 0 overwrites D. d holds at least 64.
 template <int kN>
-__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[kN], uint64_t desc_a, uint64_t desc_b,
+__device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[kN], const uint32_t (&a)[4], uint64_t desc_b,
                                                    uint32_t accumulate) {
   static_assert(kN >= 64, "accumulator array too small for N = 128");
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
       :
         "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -156,16 +156,15 @@ __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[kN], uint64_t des
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-// D[64 x 192] (+)= A[64 x 16] . B[16 x 192]; accumulate = 0 overwrites D. d holds at least 96.
 template <int kN>
-__device__ __forceinline__ void wgmma_m64n192k16_ss(float (&d)[kN], uint64_t desc_a, uint64_t desc_b,
+__device__ __forceinline__ void wgmma_m64n192k16_rs(float (&d)[kN], const uint32_t (&a)[4], uint64_t desc_b,
                                                    uint32_t accumulate) {
   static_assert(kN >= 96, "accumulator array too small for N = 192");
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
@@ -173,7 +172,7 @@ __device__ __forceinline__ void wgmma_m64n192k16_ss(float (&d)[kN], uint64_t des
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
       "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
       "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
-      "}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+      "}, {%96, %97, %98, %99}, %100, p, 1, 1, 0;\n}\n"
       :
         "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -187,16 +186,15 @@ __device__ __forceinline__ void wgmma_m64n192k16_ss(float (&d)[kN], uint64_t des
         "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
         "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
         "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-// D[64 x 256] (+)= A[64 x 16] . B[16 x 256]; accumulate = 0 overwrites D. d holds at least 128.
 template <int kN>
-__device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[kN], uint64_t desc_a, uint64_t desc_b,
+__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[kN], const uint32_t (&a)[4], uint64_t desc_b,
                                                    uint32_t accumulate) {
   static_assert(kN >= 128, "accumulator array too small for N = 256");
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
@@ -206,7 +204,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[kN], uint64_t des
       "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
       "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
       "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      "}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
       :
         "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -224,7 +222,7 @@ __device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[kN], uint64_t des
         "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
 }  // namespace fp4moe::ptx::sm90

@@ -73,6 +73,22 @@ __device__ __forceinline__ Unit decode_unit(const W4a16GemmParams& p, const int*
   return d;
 }
 
+// The same units in the prefill family's order: an expert's token tiles, each over all its
+// row blocks (row block innermost).
+__device__ __forceinline__ Unit decode_unit_rows_inner(const W4a16GemmParams& p, const int* prefix, int u,
+                                                       int tokens_per_tile, int row_blocks) {
+  Unit d;
+  d.e = find_expert(prefix, p.num_experts, u);
+  const int row0 = p.expert_offsets[d.e];
+  const int n_e = p.expert_offsets[d.e + 1] - row0;
+  const int local = u - prefix[d.e];
+  const int tt = local / row_blocks;
+  d.rb = local - tt * row_blocks;
+  d.tok0 = row0 + tt * tokens_per_tile;
+  d.ntok = min(tokens_per_tile, n_e - tt * tokens_per_tile);
+  return d;
+}
+
 // Stream-K partition: iteration i belongs to the CTA c with floor(c*W/G) <= i < floor((c+1)W/G).
 __device__ __forceinline__ int64_t range_begin(int64_t c, int64_t w, int64_t g) { return c * w / g; }
 __device__ __forceinline__ int cta_of(int64_t i, int64_t w, int64_t g) {

@@ -38,6 +38,7 @@
 
 #include "fp4moe/tactic.h"
 #include "kernels/common/dequant_nvfp4.cuh"
+#include "kernels/common/fragment_order.h"
 #include "kernels/common/ptx.cuh"
 #include "kernels/gemm/grouped_units.cuh"
 #include "kernels/gemm/w4a16_params.h"
@@ -379,6 +380,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
 #pragma unroll
       for (int r = 0; r < kRpw; ++r) {
         const int col = (rt_base + r) * 8 + g;
+        const int64_t pos = p.act_fragment_order ? fragment_order_position(col) : col;
 #pragma unroll
         for (int j = 0; j < kNt; ++j)
 #pragma unroll
@@ -386,7 +388,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
             const int n = (warp_tok * kNt + j) * 8 + 2 * t + i;
             if (n < cu.ntok && col < p.act_cols) {
               const float gate = acc[r][j][i] * ka, up = acc[r][j][i + 2] * kb;
-              p.act_out[static_cast<int64_t>(cu.tok0 + n) * p.act_cols + col] =
+              p.act_out[static_cast<int64_t>(cu.tok0 + n) * p.act_stride + pos] =
                   w4a16::to_bf16_bits(w4a16::silu(gate) * up);
             }
           }

@@ -7,52 +7,59 @@
 // tokens per expert where the tensor cores, not the weight bytes, set the pace:
 //
 //   - wgmma m64nNk16 (N = the token tile, 64..256; an expert's partial last tile runs the
-//     narrowest N in steps of 64 that covers it) with both operands in shared memory,
-//     128-byte swizzled K-major tiles of 64 K;
+//     narrowest N in steps of 64 that covers it) with the weights as the register operand A and
+//     the tokens in 128-byte swizzled K-major shared memory (64 K per row);
 //   - one producer warp feeds a ring of kStages stages through the copy engine: the tokens by
-//     cp.async.bulk.tensor (one box of N contiguous rows into 128-byte swizzled rows: the layer
-//     gathers FC1's rows into permuted order first, gather_rows.h), the raw FP4 weights and
-//     their block scales by plain bulk copies (the K-group-major prepack makes each row tile's
-//     64-K chunk one 512-byte run);
-//   - two consumer warpgroups, 64 weight rows each. A consumer dequantizes its 64 x 64 weight
-//     slice of the stage (raw words -> bf16 in registers, the decode family's bit trick) into
-//     its swizzled A tile, then issues the 4 wgmma of the stage; the wgmma run asynchronously
-//     while the same warps dequantize the next stage, so dequantization hides under the MMAs;
-//   - persistent CTAs (one per SM) walk the units (expert, 128-row block, token tile) with a
-//     grid stride; consecutive units are the token tiles of one row block (its weights stay
-//     in L2), and the pipeline runs on across unit boundaries, so a unit's epilogue overlaps
-//     the next unit's loads;
+//     cp.async.bulk.tensor (one box of N contiguous rows; the layer stores them in fragment
+//     order, kernels/common/fragment_order.h), the raw FP4 weights and their block scales by
+//     plain bulk copies (the K-group-major prepack makes each row tile's 64-K chunk one 512-byte
+//     run);
+//   - two consumer warpgroups, 64 weight rows each. A consumer thread loads its 16-byte word
+//     group of the stage, dequantizes it into the 4 A fragments of the stage's 4 k steps (the
+//     decode family's bit trick) and issues the 4 wgmma; they run asynchronously while the same
+//     warps dequantize the next stage into the other of two register buffers;
+//   - persistent CTAs (one per SM) take the units (expert, token tile, 128-row block) in order
+//     from a global ticket counter, so units start in order however long each took (a static
+//     stride drifts apart: an expert's last, narrow tile finishes early). Consecutive units
+//     are the row blocks of one token tile: the CTAs reading the same tokens run together and
+//     find them in L2 (the token tile, 8x the bytes of a weight tile per stage, is the traffic
+//     to share). The pipeline runs on across unit boundaries, so a unit's epilogue overlaps the
+//     next unit's loads; the producer passes each unit to the consumers in a ring beside the
+//     stages;
 //   - FC2's finalize is the kernel's second phase: the consumers store their weighted rows
 //     as units complete; once every CTA has passed a grid barrier (all CTAs are resident: one
 //     per SM, as many as the GPU holds), all 384 threads of every CTA sum each token's slots
 //     in slot order (bitwise reproducible) - a coalesced pass over the rows that keeps every
 //     SM's loads in flight, where per-unit arrival counting would serialize on latency.
 //
-// Why A goes through shared memory rather than registers (wgmma's RS form): the prepacked word
-// of a lane holds 4 consecutive K of two rows, while a register A fragment needs K {2t, 2t+1,
-// 2t+8, 2t+9}; matching it would mean permuting the tokens at 4-byte granularity, which the copy
-// engine cannot do, or a second weight layout. Writing the dequantized values to their natural
-// K positions costs 4 16-byte stores per 16 values and keeps one prepacked layout for both
-// families.
+// Why the register form of A: the dequantized weights never touch shared memory (no stores, no
+// proxy fence, no barrier among the warpgroup's warps before its MMAs, and the tensor cores read
+// only the token tile from shared memory). The price is the tokens' order: a register fragment
+// pairs lane t with k slots {2t, 2t+1, 2t+8, 2t+9} of a step, while the prepacked word of lane t
+// holds 4 consecutive K of its own 16-K block (the decode family's order, one block scale per
+// lane and chunk). Rather than a second weight layout, the token rows are permuted at 4-byte
+// granularity where they are written anyway (FC1's gather, FC1's epilogue for FC2), which the
+// copy engine could not do.
 //
 // Barriers per stage: full[s] (the producer's expect_tx arrival + the copies' bytes) and
 // empty[s] (every consumer thread, once the wgmma that read the stage have completed).
 //
 // Shared memory (dynamic, aligned up to 1024 B at run time; S = kStageBytes):
-//   [s*S,            + 16384)        A: 2 consumer tiles of 64 rows x 128 B (bf16, swizzled)
-//   [s*S + 16384,    + N*128)        B: N token rows x 128 B (bf16, swizzled by the copy engine)
+//   [s*S,            + N*128)        B: N token rows x 128 B (bf16, swizzled by the copy engine)
 //   [.. ,            + 4096)         raw weights: 8 row tiles x 512 B (this stage's 64-K chunk)
 //   [.. ,            + 2048)         raw block scales: 8 row tiles x 256 B (the whole K group)
-//   [kStages*S, ...)                 full/empty barriers, unit prefix, scan sums
+//   [kStages*S, ...)                 full/empty barriers, unit per stage, unit prefix, scan sums
 #pragma once
 
 #include <cuda.h>
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "fp4moe/tactic.h"
 #include "kernels/common/dequant_nvfp4.cuh"
+#include "kernels/common/fragment_order.h"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
 #include "kernels/gemm/grouped_units.cuh"
@@ -69,11 +76,10 @@ struct W4a16WgmmaTraits {
   static constexpr int kThreads = kT.warps * 32;
   static constexpr int kConsumers = 2;       // warpgroups of 64 weight rows
   static constexpr int kRowTiles = kRows / 16;
-  static constexpr int kABytes = kRows * 128;          // bf16, 64 K per row
   static constexpr int kBBytes = kTokens * 128;
   static constexpr int kRawBytes = kRowTiles * 512;    // FP4 codes of one 64-K chunk
   static constexpr int kScaleBytes = kRowTiles * 256;  // UE5M3 scales of one K group
-  static constexpr int kStageBytes = kABytes + kBBytes + kRawBytes + kScaleBytes;
+  static constexpr int kStageBytes = kBBytes + kRawBytes + kScaleBytes;
   static constexpr int kAccum = kTokens / 2;           // fp32 accumulators per consumer thread
 
   static_assert(kT.family == Family::kW4a16Wgmma, "w4a16_wgmma kernel instantiated for another family");
@@ -86,20 +92,24 @@ struct W4a16WgmmaTraits {
                 "the prefill family serves FC1 (swiglu) and FC2 (finalize) only");
   static_assert(kStageBytes % 1024 == 0, "stages keep the swizzled tiles 1024-byte aligned");
 
-  // Beyond the stages: 2 barriers per stage; the unit prefix (4 B per group + 1); the scan's
-  // warp sums. The first 1024 bytes are slack for aligning the dynamic allocation.
+  // Beyond the stages: 2 barriers per stage; the unit ring (the unit a stage starts, 4 B per
+  // stage); the unit prefix (4 B per group + 1); the scan's warp sums. The first 1024 bytes are
+  // slack for aligning the dynamic allocation.
   static constexpr int kAlignSlack = 1024;
   static constexpr int kBarrierBytes = kStages * 2 * 8;
+  static constexpr int kUnitRingBytes = ((4 * kStages + 15) / 16) * 16;
   static constexpr int prefix_bytes(int experts) { return ((4 * (experts + 1) + 15) / 16) * 16; }
   static constexpr int kSchedulerScratch = ((4 * (kT.warps + 1) + 15) / 16) * 16;
   static constexpr int dynamic_smem_bytes(int experts) {
-    return kAlignSlack + kStages * kStageBytes + kBarrierBytes + prefix_bytes(experts) + kSchedulerScratch;
+    return kAlignSlack + kStages * kStageBytes + kBarrierBytes + kUnitRingBytes + prefix_bytes(experts) +
+           kSchedulerScratch;
   }
 };
 
 // kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each; setmaxnreg
-// then moves registers from the producer warpgroup (104) to the two consumers (200: kTokens / 2
-// accumulators, up to 128, plus the dequantization's 30-odd).
+// then moves registers from the producer warpgroup (40: one warp issues copies) to the two
+// consumers (232: kTokens / 2 accumulators, up to 128, two stages of A fragments, 32, and the
+// dequantization's temporaries; 128 x 40 + 256 x 232 <= 64 K registers).
 template <unsigned long long kCode>
 __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
     w4a16_wgmma_grouped_gemm_kernel(const W4a16GemmParams p, const __grid_constant__ CUtensorMap tokens_map) {
@@ -114,7 +124,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
       (reinterpret_cast<uintptr_t>(smem_raw) + Tr::kAlignSlack - 1) & ~uintptr_t{Tr::kAlignSlack - 1});
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Tr::kStageBytes);
   uint64_t* empty = full + kStages;
-  int* prefix = reinterpret_cast<int*>(empty + kStages);
+  int* unit_ring = reinterpret_cast<int*>(empty + kStages);  // unit starting at a stage, or -1: done
+  int* prefix = reinterpret_cast<int*>(reinterpret_cast<uint8_t*>(unit_ring) + Tr::kUnitRingBytes);
   int* warp_sums =
       reinterpret_cast<int*>(reinterpret_cast<uint8_t*>(prefix) + Tr::prefix_bytes(p.num_experts));
 
@@ -138,13 +149,19 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
   const int64_t expert_sbytes = static_cast<int64_t>(p.rowtiles) * p.kgroups * 256;
 
   if (warpgroup == 0) {
-    sm90::setmaxnreg_dec<104>();
+    sm90::setmaxnreg_dec<40>();
     if (warp == 0) {
       // ===================== producer: lane 0 arms each stage, one lane per row tile copies ==
       int slot = 0;
       uint32_t phase = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const w4a16::Unit cu = w4a16::decode_unit(p, prefix, u, kTokens);
+      auto take_ticket = [&] {
+        int ticket = 0;
+        if (lane == 0) ticket = atomicAdd(p.unit_ticket, 1);
+        return __shfl_sync(0xffffffffu, ticket, 0);
+      };
+      int u = take_ticket();
+      for (; u < units; u = take_ticket()) {
+        const w4a16::Unit cu = w4a16::decode_unit_rows_inner(p, prefix, u, kTokens, row_blocks);
         const int rt0 = cu.rb * kRowTiles;
         const int rts = min(kRowTiles, p.rowtiles - rt0);  // row tiles that exist in this block
         const uint8_t* wsrc = p.weights + cu.e * expert_wbytes + static_cast<int64_t>(rt0) * 2048;
@@ -156,16 +173,17 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
           sm90::mbarrier_wait(&empty[slot], phase ^ 1);  // a fresh barrier passes parity 1
           uint8_t* st = smem + slot * Tr::kStageBytes;
           const int kg = ks >> 2, chunk = ks & 3;
+          if (lane == 0 && ks == 0) unit_ring[slot] = u;  // released by the arrival below
           if (lane == 0) sm90::mbarrier_arrive_expect_tx(&full[slot], stage_bytes);
           __syncwarp();
           if (lane < rts)
-            sm90::bulk_copy_g2s(st + Tr::kABytes + Tr::kBBytes + lane * 512,
+            sm90::bulk_copy_g2s(st + Tr::kBBytes + lane * 512,
                                 wsrc + kg * static_cast<int64_t>(p.rowtiles) * 2048 + lane * 2048 + chunk * 512,
                                 512, &full[slot]);
           if (lane == 0) {
-            sm90::bulk_copy_g2s(st + Tr::kABytes + Tr::kBBytes + Tr::kRawBytes,
+            sm90::bulk_copy_g2s(st + Tr::kBBytes + Tr::kRawBytes,
                                 ssrc + kg * static_cast<int64_t>(p.rowtiles) * 256, rts * 256, &full[slot]);
-            sm90::tma_load_2d(st + Tr::kABytes, &tokens_map, ks * 64, cu.tok0, &full[slot]);
+            sm90::tma_load_2d(st, &tokens_map, ks * 64, cu.tok0, &full[slot]);
           }
           if (++slot == kStages) {
             slot = 0;
@@ -173,89 +191,108 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
           }
         }
       }
+      // Out of units: tell the consumers through the next slot, and reset the counter for the
+      // next launch if this was the last ticket (every CTA draws exactly one ticket >= units).
+      sm90::mbarrier_wait(&empty[slot], phase ^ 1);
+      if (lane == 0) {
+        unit_ring[slot] = -1;
+        sm90::mbarrier_arrive(&full[slot]);
+        if (u == units + static_cast<int>(gridDim.x) - 1) *p.unit_ticket = 0;
+      }
     }
   } else {
     // ===================== consumers: dequantize, wgmma, epilogue ==============================
-    sm90::setmaxnreg_inc<200>();
+    sm90::setmaxnreg_inc<232>();
     const int cw = warpgroup - 1;  // consumer 0: tile rows 0-63, consumer 1: rows 64-127
     const int wl = warp & 3;       // warp in the warpgroup: row tile 4 cw + wl of the block
     const int g = lane >> 2, t = lane & 3;
     const int local_rt = 4 * cw + wl;
     float acc[Tr::kAccum];
+    uint32_t frag[2][4][4];  // [register buffer][k step][A fragment]: two stages in flight
     int slot = 0;
     uint32_t phase = 0;
-    // Dequantized stores: row tile local_rt's rows g and g + 8, K 16t .. 16t + 15 of the chunk,
-    // i.e. 16-byte units 2t and 2t + 1 of a 128-byte row, at unit ^ (row & 7) = unit ^ g.
-    const int a_row_g = (cw * 64 + wl * 16 + g) * 128;
-    const int a_lo = ((2 * t) ^ g) * 16, a_hi = ((2 * t + 1) ^ g) * 16;
 
-    for (int u = blockIdx.x; u < units; u += gridDim.x) {
-      const w4a16::Unit cu = w4a16::decode_unit(p, prefix, u, kTokens);
-      for (int ks = 0; ks < k_steps; ++ks) {
-        sm90::mbarrier_wait(&full[slot], phase);
-        uint8_t* st = smem + slot * Tr::kStageBytes;
-        {
-          // ---- dequantize this warp's 16 rows x 64 K into the warpgroup's A tile -------------
-          const int chunk = ks & 3;
-          const uint8_t* raw = st + Tr::kABytes + Tr::kBBytes;
-          const uint4 w = ptx::ld_shared_v4(raw + local_rt * 512 + lane * 16);
-          const uint2 sc = ptx::ld_shared_v2(raw + Tr::kRawBytes + local_rt * 256 + lane * 8);
-          const uint32_t sword = chunk < 2 ? sc.x : sc.y;
-          const uint32_t sg = ue5m3_to_bf16x2_scaled(sword, 2u * (chunk & 1));
-          const uint32_t sg8 = ue5m3_to_bf16x2_scaled(sword, 2u * (chunk & 1) + 1u);
-          // Word s: rows g, g+8 at K 16t + 4s .. +3 -> a[0], a[2] (row g), a[1], a[3] (row g+8).
-          uint32_t a0[4], a1[4], a2[4], a3[4];
-          dequant_a_fragment(w.x, sg, sg8, a0);
-          dequant_a_fragment(w.y, sg, sg8, a1);
-          dequant_a_fragment(w.z, sg, sg8, a2);
-          dequant_a_fragment(w.w, sg, sg8, a3);
-          uint8_t* arow = st + a_row_g;
-          // Row g: K 16t + 0..7 (words 0, 1) and + 8..15 (words 2, 3); row g + 8 likewise.
-          ptx::st_shared_v4(arow + a_lo, a0[0], a0[2], a1[0], a1[2]);
-          ptx::st_shared_v4(arow + a_hi, a2[0], a2[2], a3[0], a3[2]);
-          ptx::st_shared_v4(arow + 8 * 128 + a_lo, a0[1], a0[3], a1[1], a1[3]);
-          ptx::st_shared_v4(arow + 8 * 128 + a_hi, a2[1], a2[3], a3[1], a3[3]);
-          sm90::fence_proxy_async_shared();
-        }
-        sm90::named_barrier_sync(1 + cw, 128);  // the warpgroup's whole A tile is written
-
-        // ---- 4 wgmma of K 16 over the stage ------------------------------------------------------
-        const uint64_t da = sm90::wgmma_desc_k_sw128(st + cw * 64 * 128);
-        const uint64_t db = sm90::wgmma_desc_k_sw128(st + Tr::kABytes);
-        // A partial token tile (an expert's last) runs the narrowest MMA that covers its tokens,
-        // in steps of 64: the tensor cores skip the empty columns. One branch per width around
-        // the whole fence-issue-commit sequence (a branch between the wgmma serializes them).
-        auto issue = [&](auto mma) {
-          sm90::wgmma_fence_operands(acc);
-          sm90::wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-            mma(da + 2 * kk, db + 2 * kk, static_cast<uint32_t>(ks > 0 || kk > 0));
-          sm90::wgmma_commit();
-        };
-        const int ntok = cu.ntok;
-        if (kTokens == 64 || ntok <= 64) {
-          issue([&](uint64_t a, uint64_t b, uint32_t c) { sm90::wgmma_m64n64k16_ss(acc, a, b, c); });
-        } else if constexpr (kTokens == 128) {
-          issue([&](uint64_t a, uint64_t b, uint32_t c) { sm90::wgmma_m64n128k16_ss(acc, a, b, c); });
-        } else if constexpr (kTokens == 256) {
-          if (ntok <= 128) issue([&](uint64_t a, uint64_t b, uint32_t c) { sm90::wgmma_m64n128k16_ss(acc, a, b, c); });
-          else if (ntok <= 192) issue([&](uint64_t a, uint64_t b, uint32_t c) { sm90::wgmma_m64n192k16_ss(acc, a, b, c); });
-          else issue([&](uint64_t a, uint64_t b, uint32_t c) { sm90::wgmma_m64n256k16_ss(acc, a, b, c); });
-        }
-        sm90::wgmma_fence_operands(acc);
-        // The previous stage's wgmma are done: release its slot (this stage's stay in flight
-        // while the next stage is dequantized).
-        sm90::wgmma_wait<1>();
-        const int prev = slot == 0 ? kStages - 1 : slot - 1;
-        if (ks > 0) sm90::mbarrier_arrive(&empty[prev]);
-        if (++slot == kStages) {
-          slot = 0;
-          phase ^= 1;
-        }
+    // One stage: dequantize this warp's 16 rows x 64 K into register buffer kBuf, issue its 4
+    // wgmma, then retire the previous stage's (the other buffer) and release that slot.
+    auto stage = [&](auto buf_tag, int ks, int ntok) {
+      constexpr int kBuf = decltype(buf_tag)::value;
+      sm90::mbarrier_wait(&full[slot], phase);
+      const uint8_t* st = smem + slot * Tr::kStageBytes;
+      {
+        // Word s of the lane: rows g, g+8 at K 16t + 4s .. +3 of the chunk, all in block t of
+        // the chunk (one scale per row); in fragment order that is exactly k step s's A fragment.
+        const int chunk = ks & 3;
+        const uint8_t* raw = st + Tr::kBBytes;
+        const uint4 w = ptx::ld_shared_v4(raw + local_rt * 512 + lane * 16);
+        const uint2 sc = ptx::ld_shared_v2(raw + Tr::kRawBytes + local_rt * 256 + lane * 8);
+        const uint32_t sword = chunk < 2 ? sc.x : sc.y;
+        const uint32_t sg = ue5m3_to_bf16x2_scaled(sword, 2u * (chunk & 1));
+        const uint32_t sg8 = ue5m3_to_bf16x2_scaled(sword, 2u * (chunk & 1) + 1u);
+        dequant_a_fragment(w.x, sg, sg8, frag[kBuf][0]);
+        dequant_a_fragment(w.y, sg, sg8, frag[kBuf][1]);
+        dequant_a_fragment(w.z, sg, sg8, frag[kBuf][2]);
+        dequant_a_fragment(w.w, sg, sg8, frag[kBuf][3]);
       }
+      const uint64_t db = sm90::wgmma_desc_k_sw128(st);
+      // A partial token tile (an expert's last) runs the narrowest MMA that covers its tokens,
+      // in steps of 64: the tensor cores skip the empty columns. One branch per width around
+      // the whole fence-issue-commit sequence (a branch between the wgmma serializes them).
+      auto issue = [&](auto mma) {
+        sm90::wgmma_fence_operands(acc);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[kBuf][kk]);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) mma(frag[kBuf][kk], db + 2 * kk, static_cast<uint32_t>(ks > 0 || kk > 0));
+        sm90::wgmma_commit();
+      };
+      if (kTokens == 64 || ntok <= 64) {
+        issue([&](const uint32_t(&a)[4], uint64_t b, uint32_t c) { sm90::wgmma_m64n64k16_rs(acc, a, b, c); });
+      } else if constexpr (kTokens == 128) {
+        issue([&](const uint32_t(&a)[4], uint64_t b, uint32_t c) { sm90::wgmma_m64n128k16_rs(acc, a, b, c); });
+      } else if constexpr (kTokens == 256) {
+        if (ntok <= 128)
+          issue([&](const uint32_t(&a)[4], uint64_t b, uint32_t c) { sm90::wgmma_m64n128k16_rs(acc, a, b, c); });
+        else if (ntok <= 192)
+          issue([&](const uint32_t(&a)[4], uint64_t b, uint32_t c) { sm90::wgmma_m64n192k16_rs(acc, a, b, c); });
+        else
+          issue([&](const uint32_t(&a)[4], uint64_t b, uint32_t c) { sm90::wgmma_m64n256k16_rs(acc, a, b, c); });
+      }
+      sm90::wgmma_fence_operands(acc);
+      // The previous stage's wgmma are done: its register buffer may be rewritten and its slot
+      // refilled (this stage's stay in flight while the next stage is dequantized).
+      sm90::wgmma_wait<1>();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[kBuf ^ 1][kk]);
+      const int prev = slot == 0 ? kStages - 1 : slot - 1;
+      if (ks > 0) sm90::mbarrier_arrive(&empty[prev]);
+      if (++slot == kStages) {
+        slot = 0;
+        phase ^= 1;
+      }
+    };
+
+    // The unit a stage starts, once its copies are armed (the stage's own wait below passes at
+    // once); -1 when the producer is out of units.
+    auto next_unit = [&] {
+      sm90::mbarrier_wait(&full[slot], phase);
+      return unit_ring[slot];
+    };
+    for (int u = next_unit(); u >= 0; u = next_unit()) {
+      const w4a16::Unit cu = w4a16::decode_unit_rows_inner(p, prefix, u, kTokens, row_blocks);
+      // Two stages per trip: the register buffer of each is a compile-time index.
+      int ks = 0;
+      for (; ks + 1 < k_steps; ks += 2) {
+        stage(std::integral_constant<int, 0>{}, ks, cu.ntok);
+        stage(std::integral_constant<int, 1>{}, ks + 1, cu.ntok);
+      }
+      if (ks < k_steps) stage(std::integral_constant<int, 0>{}, ks, cu.ntok);
       sm90::wgmma_wait<0>();
       sm90::wgmma_fence_operands(acc);
+#pragma unroll
+      for (int b = 0; b < 2; ++b)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[b][kk]);
       sm90::mbarrier_arrive(&empty[slot == 0 ? kStages - 1 : slot - 1]);
 
       // ---- epilogue: acc[4j + i] = row 16 local_rt + g (+8 for i >= 2), token 8j + 2t + (i & 1)
@@ -265,6 +302,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
         // Row tile q: gate rows 8q..8q+7 (tile rows 0-7), up rows 8q..8q+7 (rows 8-15).
         const float kb = p.scale_b[cu.e] * kDequantEpilogueFactor;
         const int col = rt * 8 + g;
+        const int64_t pos = p.act_fragment_order ? fragment_order_position(col) : col;
         if (col < p.act_cols) {
 #pragma unroll
           for (int j = 0; j < kTokens / 8; ++j)
@@ -273,7 +311,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
               const int n = 8 * j + 2 * t + i;
               if (n < cu.ntok) {
                 const float gate = acc[4 * j + i] * ka, up = acc[4 * j + i + 2] * kb;
-                p.act_out[static_cast<int64_t>(cu.tok0 + n) * p.act_cols + col] =
+                p.act_out[static_cast<int64_t>(cu.tok0 + n) * p.act_stride + pos] =
                     w4a16::to_bf16_bits(w4a16::silu(gate) * up);
               }
             }

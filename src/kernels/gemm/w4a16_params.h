@@ -22,6 +22,8 @@ struct W4a16GemmParams {
   int num_experts = 0;               // groups, the shared expert included
   const int* expert_offsets = nullptr;  // [num_experts + 1], on the device
   // ---- B operand: bf16 rows of K elements --------------------------------------------------
+  // The decode family reads them in natural order; the prefill family in fragment order
+  // (kernels/common/fragment_order.h), rows padded to fragment_order_pitch(k).
   const uint16_t* x = nullptr;       // bf16 bits
   int64_t x_stride = 0;              // elements between rows
   int64_t x_rows = 0;                // rows of x (the prefill family's tensor map extent)
@@ -35,9 +37,12 @@ struct W4a16GemmParams {
   int* unit_counters = nullptr;
   // none: raw fp32 output [permuted row][rowtiles * 16]
   float* raw_out = nullptr;
-  // swiglu: act[permuted row][act_cols] bf16, act_cols = I
+  // swiglu: act[permuted row][act_cols] bf16, act_cols = I, rows act_stride elements apart;
+  // in fragment order (for a prefill-family FC2) when act_fragment_order is set
   uint16_t* act_out = nullptr;
   int act_cols = 0;
+  int64_t act_stride = 0;
+  bool act_fragment_order = false;
   // finalize: out[token][rows] bf16 = sum over the token's slots of weight * row
   const float* row_weight = nullptr;   // [permuted row]
   const int* row_token = nullptr;      // [permuted row] -> token
@@ -46,6 +51,7 @@ struct W4a16GemmParams {
   float* rows_out = nullptr;           // weighted rows [permuted row][rows] fp32
   int* token_counters = nullptr;       // arrivals per (token, row block) (zero between launches)
   unsigned* grid_barrier = nullptr;    // prefill family: [count, generation], count zero between launches
+  int* unit_ticket = nullptr;          // prefill family: the unit scheduler's counter (zero between launches)
   uint16_t* out = nullptr;             // [token][rows] bf16
 };
 

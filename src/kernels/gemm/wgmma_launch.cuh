@@ -1,8 +1,10 @@
 // Builds a registry entry for one w4a16_wgmma tactic (included by the src/kernels/inst files
 // only). The launch encodes the token tensor map of this call's B operand: boxes of a whole
-// token tile of contiguous rows (the layer gathers FC1's rows into permuted order first).
+// token tile of contiguous rows in fragment order (the layer gathers FC1's rows into permuted
+// order first, and FC1 writes FC2's in fragment order), whole 64-element chunks per row.
 #pragma once
 
+#include "kernels/common/fragment_order.h"
 #include "kernels/common/launch.h"
 #include "kernels/common/tensor_map.h"
 #include "kernels/gemm/sm90_w4a16_wgmma_grouped_gemm.cuh"
@@ -21,7 +23,10 @@ W4a16Kernel make_w4a16_wgmma_kernel() {
   k.tile_floats = 0;  // no stream-K partials
   k.launch = [](const W4a16GemmParams& p, int grid, int smem, bool pdl, cudaStream_t stream) {
     FP4MOE_CHECK(p.gather == nullptr, "w4a16_wgmma reads contiguous token rows: gather them first");
-    const CUtensorMap map = make_bf16_rows_tensor_map(p.x, p.x_rows, p.k, p.x_stride, kT.tile_tokens);
+    const int64_t pitch = fragment_order_pitch(p.k);
+    FP4MOE_CHECK(p.x_stride >= pitch, "w4a16_wgmma: token rows of ", p.k, " K in fragment order need a pitch of ",
+                 pitch, " elements, got ", p.x_stride);
+    const CUtensorMap map = make_bf16_rows_tensor_map(p.x, p.x_rows, pitch, p.x_stride, kT.tile_tokens);
     launch_kernel(kKernel, dim3(grid), dim3(kT.warps * 32), smem, pdl, stream, p, map);
   };
   return k;

@@ -1,6 +1,8 @@
-// Gathers the token rows of the permutation into one contiguous matrix (gather_rows.cu), for
-// the prefill family: its tokens then come by the copy engine in whole tiles, while a gather
-// inside the GEMM would cost a cp.async per 16 bytes on the producer's critical path.
+// Gathers the token rows of the permutation into one contiguous matrix in fragment order
+// (gather_rows.cu), for the prefill family: its tokens then come by the copy engine in whole
+// tiles (a gather inside the GEMM would cost a cp.async per 16 bytes on the producer's critical
+// path), already permuted the way its register-operand wgmma pairs them with the weights
+// (kernels/common/fragment_order.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,9 +11,10 @@
 
 namespace fp4moe::kernels {
 
-// out[p][0, k) = x[row_token[p]][0, k) for p in [0, rows); k a multiple of 8, x_stride and the
-// pointers 16-byte aligned. pdl: a programmatic dependent launch (sm_90+) that waits for the
-// routing inside. Checks the launch; never synchronizes.
+// out[p] = x[row_token[p]][0, k) in fragment order, row pitch fragment_order_pitch(k), the
+// padding zero, for p in [0, rows); k a multiple of 16, x_stride and the pointers 16-byte
+// aligned. pdl: a programmatic dependent launch (sm_90+) that waits for the routing inside.
+// Checks the launch; never synchronizes.
 void launch_gather_rows(const uint16_t* x, int64_t x_stride, const int* row_token, int64_t rows, int64_t k,
                         uint16_t* out, bool pdl, cudaStream_t stream);
 
