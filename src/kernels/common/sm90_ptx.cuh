@@ -51,6 +51,14 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
       "l"(src), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
 }
+// cp.async.bulk.tensor.3d: the box of `map` at (c0 = innermost, c1, c2) into dst.
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+      : "memory");
+}
 // cp.async.bulk.tensor.2d: the box of `map` at (c0 = innermost, c1) into dst, swizzled as the
 // map says; elements outside the tensor arrive as zeros and count toward the bytes.
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
@@ -117,6 +125,21 @@ __device__ __forceinline__ void wgmma_fence_operands(uint32_t (&a)[kN]) {
 // Accumulator d[4j + i] of lane (g = lane / 4, t = lane % 4) in warp w of the warpgroup:
 //   row 16w + g (+8 for i >= 2), column 8j + 2t + (i & 1).
 // D[64 x N] (+)= A[64 x 16] . B[16 x N]; accumulate = 0 overwrites D.
+template <int kN>
+__device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[kN], const uint32_t (&a)[4], uint64_t desc_b,
+                                                  uint32_t accumulate) {
+  static_assert(kN >= 16, "accumulator array too small for N = 32");
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+      "}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
 template <int kN>
 __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[kN], const uint32_t (&a)[4], uint64_t desc_b,
                                                    uint32_t accumulate) {

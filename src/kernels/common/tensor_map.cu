@@ -50,4 +50,23 @@ CUtensorMap make_bf16_rows_tensor_map(const uint16_t* base, int64_t rows, int64_
   return map;
 }
 
+CUtensorMap make_prepacked_chunks_tensor_map(const uint8_t* base, int64_t blocks, int box_blocks) {
+  FP4MOE_CHECK(base != nullptr && reinterpret_cast<uintptr_t>(base) % 16 == 0,
+               "tensor map: the prepacked weights must start 16-byte aligned");
+  FP4MOE_CHECK(blocks >= 1 && blocks <= (int64_t{1} << 32), "tensor map: ", blocks, " weight blocks out of range");
+  FP4MOE_CHECK(box_blocks >= 1 && box_blocks <= 256, "tensor map: box of ", box_blocks, " weight blocks");
+  // 32-bit elements: [blocks][4 chunks][128 words].
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {128, 4, static_cast<cuuint64_t>(blocks)};
+  const cuuint64_t strides[2] = {512, 2048};
+  const cuuint32_t box[3] = {128, 1, static_cast<cuuint32_t>(box_blocks)};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode_fn()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, const_cast<uint8_t*>(base), dims, strides,
+                                 box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FP4MOE_CHECK(r == CUDA_SUCCESS, "tensor map: cuTensorMapEncodeTiled failed (CUresult ", static_cast<int>(r),
+               ") for ", blocks, " prepacked weight blocks");
+  return map;
+}
+
 }  // namespace fp4moe::kernels

@@ -15,4 +15,10 @@ namespace fp4moe::kernels {
 CUtensorMap make_bf16_rows_tensor_map(const uint16_t* base, int64_t rows, int64_t k, int64_t stride,
                                       int box_rows);
 
+// Prepacked NVFP4 weights (kernels/moe/prepack_layout.h): `blocks` consecutive (row tile, K
+// group) blocks of 2048 bytes, each 4 chunks of 512 bytes (64 K of 16 rows). One box is chunk c
+// of `box_blocks` consecutive blocks, landing as box_blocks x 512 contiguous bytes: the copy of a
+// stage's weights for a whole row block in one instruction. Blocks past the end arrive as zeros.
+CUtensorMap make_prepacked_chunks_tensor_map(const uint8_t* base, int64_t blocks, int box_blocks);
+
 }  // namespace fp4moe::kernels

@@ -7,13 +7,14 @@
 // tokens per expert where the tensor cores, not the weight bytes, set the pace:
 //
 //   - wgmma m64nNk16 (N = the token tile, 64..256; an expert's partial last tile runs the
-//     narrowest N in steps of 64 that covers it) with the weights as the register operand A and
-//     the tokens in 128-byte swizzled K-major shared memory (64 K per row);
+//     narrowest of N = 32, 64, 128, 192, 256 that covers it, and its tokens come in a box of
+//     that many rows) with the weights as the register operand A and the tokens in 128-byte
+//     swizzled K-major shared memory (64 K per row);
 //   - one producer warp feeds a ring of kStages stages through the copy engine: the tokens by
 //     cp.async.bulk.tensor (one box of N contiguous rows; the layer stores them in fragment
-//     order, kernels/common/fragment_order.h), the raw FP4 weights and their block scales by
-//     plain bulk copies (the K-group-major prepack makes each row tile's 64-K chunk one 512-byte
-//     run);
+//     order, kernels/common/fragment_order.h), the raw FP4 weights by a 3-D tensor copy (chunk c
+//     of the row block's 8 consecutive (row tile, K group) blocks of the K-group-major prepack)
+//     and their block scales by a plain bulk copy;
 //   - two consumer warpgroups, 64 weight rows each. A consumer thread loads its 16-byte word
 //     group of the stage, dequantizes it into the 4 A fragments of the stage's 4 k steps (the
 //     decode family's bit trick) and issues the 4 wgmma; they run asynchronously while the same
@@ -67,6 +68,25 @@
 
 namespace fp4moe::kernels {
 
+// The widths a unit runs at: the narrowest of 32, 64, 128, 192, 256 that covers its tokens, at
+// most the tile. The box of token rows and the MMA's N shrink together, so neither the copy nor
+// the tensor cores spend time on the empty columns of an expert's last tile.
+__host__ __device__ constexpr int wgmma_width(int index) { return index < 2 ? 32 << index : 64 * index; }
+__host__ __device__ constexpr int wgmma_width_index(int tokens, int tile) {
+  int i = 0;
+  while (i < 4 && wgmma_width(i) < tokens && wgmma_width(i) < tile) ++i;
+  return i;
+}
+inline constexpr int kWgmmaWidths = 5;
+
+// The kernel's tensor maps: the prepacked weights (a box = one 64-K chunk of a row block's 8 row
+// tiles), and the tokens, one map per width (tokens[i]: wgmma_width(i) rows x 64 K; those wider
+// than the tile are left empty).
+struct WgmmaMaps {
+  CUtensorMap weights;
+  CUtensorMap tokens[kWgmmaWidths];
+};
+
 template <Tactic kT>
 struct W4a16WgmmaTraits {
   static constexpr int kRows = kT.tile_rows;
@@ -112,7 +132,7 @@ struct W4a16WgmmaTraits {
 // dequantization's temporaries; 128 x 40 + 256 x 232 <= 64 K registers).
 template <unsigned long long kCode>
 __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
-    w4a16_wgmma_grouped_gemm_kernel(const W4a16GemmParams p, const __grid_constant__ CUtensorMap tokens_map) {
+    w4a16_wgmma_grouped_gemm_kernel(const W4a16GemmParams p, const __grid_constant__ WgmmaMaps maps) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   namespace sm90 = ptx::sm90;
   constexpr Tactic kT = decode_tactic(kCode);
@@ -145,7 +165,6 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
   w4a16::griddep_launch_dependents();
   const int units = prefix[p.num_experts];
   const int k_steps = (p.k + Tr::kStageK - 1) / Tr::kStageK;
-  const int64_t expert_wbytes = static_cast<int64_t>(p.rowtiles) * p.kgroups * 2048;
   const int64_t expert_sbytes = static_cast<int64_t>(p.rowtiles) * p.kgroups * 256;
 
   if (warpgroup == 0) {
@@ -164,27 +183,30 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
         const w4a16::Unit cu = w4a16::decode_unit_rows_inner(p, prefix, u, kTokens, row_blocks);
         const int rt0 = cu.rb * kRowTiles;
         const int rts = min(kRowTiles, p.rowtiles - rt0);  // row tiles that exist in this block
-        const uint8_t* wsrc = p.weights + cu.e * expert_wbytes + static_cast<int64_t>(rt0) * 2048;
         const uint8_t* ssrc = p.scales + cu.e * expert_sbytes + static_cast<int64_t>(rt0) * 256;
         // The box always lands whole (rows past the tensor as zeros); rows of the next expert
         // only feed D columns that are never stored.
-        const uint32_t stage_bytes = kTokens * 128 + rts * 512 + rts * 256;
+        const int wi = wgmma_width_index(cu.ntok, kTokens);
+        // The weight box always lands whole too: row tiles past the block are the next blocks'
+        // (or zeros past the tensor), never dequantized into a stored row.
+        const uint32_t stage_bytes = wgmma_width(wi) * 128 + Tr::kRawBytes + rts * 256;
         for (int ks = 0; ks < k_steps; ++ks) {
           sm90::mbarrier_wait(&empty[slot], phase ^ 1);  // a fresh barrier passes parity 1
           uint8_t* st = smem + slot * Tr::kStageBytes;
           const int kg = ks >> 2, chunk = ks & 3;
-          if (lane == 0 && ks == 0) unit_ring[slot] = u;  // released by the arrival below
-          if (lane == 0) sm90::mbarrier_arrive_expect_tx(&full[slot], stage_bytes);
-          __syncwarp();
-          if (lane < rts)
-            sm90::bulk_copy_g2s(st + Tr::kBBytes + lane * 512,
-                                wsrc + kg * static_cast<int64_t>(p.rowtiles) * 2048 + lane * 2048 + chunk * 512,
-                                512, &full[slot]);
+          // Three copies per stage from one lane: each copy instruction costs the issuing warp
+          // ~100 cycles (a copy per row tile made the producer the bottleneck at 32 tokens per
+          // expert).
           if (lane == 0) {
+            if (ks == 0) unit_ring[slot] = u;  // released by the arrival below
+            sm90::mbarrier_arrive_expect_tx(&full[slot], stage_bytes);
+            sm90::tma_load_3d(st + Tr::kBBytes, &maps.weights, 0, chunk,
+                              (cu.e * p.kgroups + kg) * p.rowtiles + rt0, &full[slot]);
             sm90::bulk_copy_g2s(st + Tr::kBBytes + Tr::kRawBytes,
                                 ssrc + kg * static_cast<int64_t>(p.rowtiles) * 256, rts * 256, &full[slot]);
-            sm90::tma_load_2d(st, &tokens_map, ks * 64, cu.tok0, &full[slot]);
+            sm90::tma_load_2d(st, &maps.tokens[wi], ks * 64, cu.tok0, &full[slot]);
           }
+          __syncwarp();
           if (++slot == kStages) {
             slot = 0;
             phase ^= 1;
@@ -214,7 +236,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
 
     // One stage: dequantize this warp's 16 rows x 64 K into register buffer kBuf, issue its 4
     // wgmma, then retire the previous stage's (the other buffer) and release that slot.
-    auto stage = [&](auto buf_tag, int ks, int ntok) {
+    auto stage = [&](auto buf_tag, int ks, int wi) {
       constexpr int kBuf = decltype(buf_tag)::value;
       sm90::mbarrier_wait(&full[slot], phase);
       const uint8_t* st = smem + slot * Tr::kStageBytes;
@@ -234,9 +256,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
         dequant_a_fragment(w.w, sg, sg8, frag[kBuf][3]);
       }
       const uint64_t db = sm90::wgmma_desc_k_sw128(st);
-      // A partial token tile (an expert's last) runs the narrowest MMA that covers its tokens,
-      // in steps of 64: the tensor cores skip the empty columns. One branch per width around
-      // the whole fence-issue-commit sequence (a branch between the wgmma serializes them).
+      // One branch per width around the whole fence-issue-commit sequence (a branch between the
+      // wgmma serializes them); widths above the tile are not instantiated.
       auto issue = [&](auto mma) {
         sm90::wgmma_fence_operands(acc);
 #pragma unroll
@@ -246,17 +267,20 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
         for (int kk = 0; kk < 4; ++kk) mma(frag[kBuf][kk], db + 2 * kk, static_cast<uint32_t>(ks > 0 || kk > 0));
         sm90::wgmma_commit();
       };
-      if (kTokens == 64 || ntok <= 64) {
-        issue([&](const uint32_t(&a)[4], uint64_t b, uint32_t c) { sm90::wgmma_m64n64k16_rs(acc, a, b, c); });
+      using Frag = const uint32_t(&)[4];
+      if (wi == 0) {
+        issue([&](Frag a, uint64_t b, uint32_t c) { sm90::wgmma_m64n32k16_rs(acc, a, b, c); });
+      } else if (kTokens == 64 || wi == 1) {
+        issue([&](Frag a, uint64_t b, uint32_t c) { sm90::wgmma_m64n64k16_rs(acc, a, b, c); });
       } else if constexpr (kTokens == 128) {
-        issue([&](const uint32_t(&a)[4], uint64_t b, uint32_t c) { sm90::wgmma_m64n128k16_rs(acc, a, b, c); });
+        issue([&](Frag a, uint64_t b, uint32_t c) { sm90::wgmma_m64n128k16_rs(acc, a, b, c); });
       } else if constexpr (kTokens == 256) {
-        if (ntok <= 128)
-          issue([&](const uint32_t(&a)[4], uint64_t b, uint32_t c) { sm90::wgmma_m64n128k16_rs(acc, a, b, c); });
-        else if (ntok <= 192)
-          issue([&](const uint32_t(&a)[4], uint64_t b, uint32_t c) { sm90::wgmma_m64n192k16_rs(acc, a, b, c); });
+        if (wi == 2)
+          issue([&](Frag a, uint64_t b, uint32_t c) { sm90::wgmma_m64n128k16_rs(acc, a, b, c); });
+        else if (wi == 3)
+          issue([&](Frag a, uint64_t b, uint32_t c) { sm90::wgmma_m64n192k16_rs(acc, a, b, c); });
         else
-          issue([&](const uint32_t(&a)[4], uint64_t b, uint32_t c) { sm90::wgmma_m64n256k16_rs(acc, a, b, c); });
+          issue([&](Frag a, uint64_t b, uint32_t c) { sm90::wgmma_m64n256k16_rs(acc, a, b, c); });
       }
       sm90::wgmma_fence_operands(acc);
       // The previous stage's wgmma are done: its register buffer may be rewritten and its slot
@@ -280,13 +304,14 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
     };
     for (int u = next_unit(); u >= 0; u = next_unit()) {
       const w4a16::Unit cu = w4a16::decode_unit_rows_inner(p, prefix, u, kTokens, row_blocks);
+      const int wi = wgmma_width_index(cu.ntok, kTokens);
       // Two stages per trip: the register buffer of each is a compile-time index.
       int ks = 0;
       for (; ks + 1 < k_steps; ks += 2) {
-        stage(std::integral_constant<int, 0>{}, ks, cu.ntok);
-        stage(std::integral_constant<int, 1>{}, ks + 1, cu.ntok);
+        stage(std::integral_constant<int, 0>{}, ks, wi);
+        stage(std::integral_constant<int, 1>{}, ks + 1, wi);
       }
-      if (ks < k_steps) stage(std::integral_constant<int, 0>{}, ks, cu.ntok);
+      if (ks < k_steps) stage(std::integral_constant<int, 0>{}, ks, wi);
       sm90::wgmma_wait<0>();
       sm90::wgmma_fence_operands(acc);
 #pragma unroll

@@ -1,7 +1,8 @@
 // Builds a registry entry for one w4a16_wgmma tactic (included by the src/kernels/inst files
 // only). The launch encodes the token tensor map of this call's B operand: boxes of a whole
 // token tile of contiguous rows in fragment order (the layer gathers FC1's rows into permuted
-// order first, and FC1 writes FC2's in fragment order), whole 64-element chunks per row.
+// order first, and FC1 writes FC2's in fragment order), whole 64-element chunks per row; one
+// map per width a unit may run at (wgmma_width).
 #pragma once
 
 #include "kernels/common/fragment_order.h"
@@ -26,8 +27,12 @@ W4a16Kernel make_w4a16_wgmma_kernel() {
     const int64_t pitch = fragment_order_pitch(p.k);
     FP4MOE_CHECK(p.x_stride >= pitch, "w4a16_wgmma: token rows of ", p.k, " K in fragment order need a pitch of ",
                  pitch, " elements, got ", p.x_stride);
-    const CUtensorMap map = make_bf16_rows_tensor_map(p.x, p.x_rows, pitch, p.x_stride, kT.tile_tokens);
-    launch_kernel(kKernel, dim3(grid), dim3(kT.warps * 32), smem, pdl, stream, p, map);
+    WgmmaMaps maps{};
+    maps.weights = make_prepacked_chunks_tensor_map(p.weights, int64_t{p.num_experts} * p.kgroups * p.rowtiles,
+                                                    kT.tile_rows / 16);
+    for (int i = 0; i < kWgmmaWidths && wgmma_width(i) <= kT.tile_tokens; ++i)
+      maps.tokens[i] = make_bf16_rows_tensor_map(p.x, p.x_rows, pitch, p.x_stride, wgmma_width(i));
+    launch_kernel(kKernel, dim3(grid), dim3(kT.warps * 32), smem, pdl, stream, p, maps);
   };
   return k;
 }
