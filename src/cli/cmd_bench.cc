@@ -21,6 +21,9 @@
 #ifdef FP4MOE_WITH_CUDA
 #include "bench/bench_runner.h"
 #endif
+#ifdef FP4MOE_WITH_NCCL
+#include "bench/tp_bench.h"
+#endif
 
 namespace fp4moe::cli {
 namespace {
@@ -37,6 +40,7 @@ struct BenchArgs {
   int64_t cpu_max_tokens = 4;
   std::string fc1, fc2;  // tactic overrides
   bool no_cache = false;
+  int tp = 0;  // > 1: the tensor-parallel benchmark over this many GPUs
 };
 
 // The sweep: the given token counts, or 1, 2, 4, ..., 16384.
@@ -210,9 +214,33 @@ void run_cpu(const BenchArgs& a, const MoeConfig& cfg, const std::string& why) {
                         {"rows", rows}});
 }
 
+// --tp P: one process per GPU (forked before this process touches CUDA), NCCL between them.
+void run_tp_command(const BenchArgs& a, const MoeConfig& cfg) {
+  FP4MOE_CHECK(a.fc1.empty() && a.fc2.empty() && a.json.empty() && a.skew == 0,
+               "--tp takes the heuristic plan, uniform routing and prints a table: drop --fc1/--fc2/--json/--skew");
+#ifdef FP4MOE_WITH_NCCL
+  TpBenchOptions o;
+  o.config = cfg;
+  o.world = a.tp;
+  o.tokens = parse_tokens(a.tokens);
+  o.seed = a.seed;
+  o.warmup = a.warmup;
+  o.iters = a.iters;
+  o.cold_l2 = !a.warm_l2;
+  FP4MOE_CHECK(run_tp_bench(o) == 0, "--tp ", a.tp, ": a rank failed (its message is above)");
+#else
+  (void)cfg;
+  FP4MOE_FAIL("--tp: this build has no CUDA/NCCL (configure with CUDA and nccl.h present)");
+#endif
+}
+
 void run_bench_command(const BenchArgs& a) {
   const MoeConfig cfg = a.shape.resolve();
   parse_tokens(a.tokens);  // validate before any work
+  if (a.tp != 0) {
+    run_tp_command(a, cfg);
+    return;
+  }
   const CudaEnvironment env = query_cuda_environment();
 #ifdef FP4MOE_WITH_CUDA
   if (!env.devices.empty()) {
@@ -244,6 +272,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--fc2", a->fc2, "Fixed FC2 tactic (epilogue finalize)");
   cmd->add_flag("--no-cache", a->no_cache, "Ignore the tuning cache: the heuristic plan only");
   cmd->add_option("--cpu-max-tokens", a->cpu_max_tokens, "Without a GPU: time the CPU reference up to this T");
+  cmd->add_option("--tp", a->tp, "Tensor parallel over this many GPUs (one process each, NCCL): GEMMs vs all-reduce")
+      ->check(CLI::Range(2, 64));
   cmd->callback([a] { run_bench_command(*a); });
 }
 

@@ -1,0 +1,270 @@
+// The tensor-parallel benchmark (see tp_bench.h).
+#include "bench/tp_bench.h"
+
+#include <cuda_runtime.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "dist/nccl_api.h"
+#include "fp4moe/bf16.h"
+#include "fp4moe/error.h"
+#include "fp4moe/hw.h"
+#include "fp4moe/layer.h"
+#include "fp4moe/sharding.h"
+#include "fp4moe/synthetic.h"
+#include "kernels/common/cuda_check.h"
+#include "runtime/device_buffer.h"
+#include "runtime/l2_flush.h"
+
+namespace fp4moe {
+namespace {
+
+// One page shared by the ranks (mmap before fork): the NCCL id rank 0 makes, and a failure
+// flag so that a rank waiting for the id gives up when another has failed.
+struct SharedPage {
+  std::atomic<int> id_ready;
+  std::atomic<int> failed;
+  ncclUniqueId id;
+  int devices;            // the probe's count of GPUs
+  char probe_error[256];  // and why there are none
+};
+
+// Counts the GPUs in a child process, so that the parent never initializes CUDA (its ranks are
+// forked from it, and CUDA does not survive a fork).
+void probe_devices(SharedPage* page) {
+  const pid_t pid = fork();
+  FP4MOE_CHECK(pid >= 0, "--tp: fork failed");
+  if (pid == 0) {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    page->devices = e == cudaSuccess ? n : 0;
+    if (e != cudaSuccess) std::snprintf(page->probe_error, sizeof(page->probe_error), "%s", cudaGetErrorString(e));
+    _exit(0);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double rel_error(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = Bf16::from_bits(a[i]).to_float(), y = Bf16::from_bits(b[i]).to_float();
+    if (!std::isfinite(x) || !std::isfinite(y)) return INFINITY;
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+void run_rank(const TpBenchOptions& o, int rank, SharedPage* page) {
+  const NcclApi& nccl = NcclApi::get();
+  FP4MOE_CUDA_CHECK(cudaSetDevice(rank));
+  if (rank == 0) {
+    FP4MOE_NCCL_CHECK(nccl.get_unique_id(&page->id));
+    page->id_ready.store(1);
+  } else {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!page->id_ready.load()) {
+      FP4MOE_CHECK(!page->failed.load(), "another rank failed before NCCL started");
+      FP4MOE_CHECK(std::chrono::steady_clock::now() < until, "no NCCL id from rank 0 within 120 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  ncclComm_t comm;
+  FP4MOE_NCCL_CHECK(nccl.comm_init_rank(&comm, o.world, page->id, rank));
+
+  const MoeConfig& cfg = o.config;
+  const Shard shard{ShardMode::kTensor, rank, o.world};
+  validate_shard(cfg, shard);
+  SyntheticOptions so;
+  so.seed = o.seed;
+  LayerOptions lo;
+  lo.device = rank;
+  lo.use_tuning_cache = false;  // the documented heuristic on every rank: the same plan as --no-cache
+  std::unique_ptr<GpuMoeLayer> layer, single;
+  {
+    const MoeWeights full = make_synthetic_moe(cfg, so);
+    layer = GpuMoeLayer::create(shard_weights(full, shard), lo);
+    if (rank == 0 && o.compare_single_gpu) single = GpuMoeLayer::create(full, lo);
+  }
+  const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
+  layer->reserve(max_t);
+  if (single) single->reserve(max_t);
+  const GpuSpec gpu = query_cuda_environment().devices.at(rank);
+  L2Flusher flusher(gpu.l2_bytes);
+  cudaStream_t s;
+  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t ev[6];
+  for (auto& e : ev) FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
+  void* const stage_events[4] = {ev[0], ev[1], ev[2], ev[3]};
+
+  if (rank == 0) {
+    std::printf("tensor parallel %d x %s (%s), I = %lld per rank; %s; heuristic plan, plain launches%s\n", o.world,
+                gpu.name.c_str(), cfg.name.c_str(), static_cast<long long>(cfg.intermediate / o.world),
+                "bf16 all-reduce (NCCL, NVLS off)", o.cold_l2 ? ", cold L2" : "");
+    std::printf("%6s | %9s %9s %9s %9s | %10s %10s | %10s %6s | %10s %7s | %9s\n", "T", "route us", "FC1 us",
+                "FC2 us", "GEMMs us", "allred us", "alone us", "TP us", "comm%", "1 GPU us", "speedup",
+                "rel err");
+    std::fflush(stdout);
+  }
+  for (int64_t T : o.tokens) {
+    const std::vector<float> hidden = make_hidden_states(T, cfg.hidden, o.seed + T);
+    const std::vector<float> logits = make_router_logits(T, cfg.num_experts, o.seed + T);
+    std::vector<uint16_t> hb(hidden.size());
+    for (size_t i = 0; i < hidden.size(); ++i) hb[i] = Bf16::from_float(hidden[i]).bits;
+    const int64_t n = T * cfg.hidden;
+    DeviceBuffer dh(hb.size() * 2), dl(logits.size() * 4), dout(n * 2), dsingle(n * 2);
+    FP4MOE_CUDA_CHECK(cudaMemcpy(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+    auto tp_forward = [&](bool with_events) {
+      if (with_events)
+        layer->forward_with_events(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), s, stage_events);
+      else
+        layer->forward(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), s);
+      FP4MOE_NCCL_CHECK(nccl.all_reduce(dout.get(), dout.get(), n, ncclBfloat16, ncclSum, comm, s));
+    };
+    // The checked run (outputs poisoned first).
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(dout.get(), 0xFF, dout.bytes(), s));
+    tp_forward(false);
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    // Timed runs: events before the routing, after it, after FC1, after FC2, after the all-reduce.
+    std::vector<double> route, fc1, fc2, gemms, allred, total;
+    for (int i = 0; i < o.warmup + o.iters; ++i) {
+      if (o.cold_l2) flusher.flush(s);
+      tp_forward(true);
+      FP4MOE_CUDA_CHECK(cudaEventRecord(ev[4], s));
+      FP4MOE_CUDA_CHECK(cudaEventSynchronize(ev[4]));
+      if (i < o.warmup) continue;
+      float ms[4];
+      for (int k = 0; k < 4; ++k) FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms[k], ev[k], ev[k + 1]));
+      route.push_back(ms[0] * 1e3);
+      fc1.push_back(ms[1] * 1e3);
+      fc2.push_back(ms[2] * 1e3);
+      gemms.push_back((ms[0] + ms[1] + ms[2]) * 1e3);
+      allred.push_back(ms[3] * 1e3);
+      total.push_back((ms[0] + ms[1] + ms[2] + ms[3]) * 1e3);
+    }
+    // The all-reduce alone: the ranks line up on a first one, the second is timed.
+    std::vector<double> alone;
+    for (int i = 0; i < o.iters; ++i) {
+      FP4MOE_NCCL_CHECK(nccl.all_reduce(dsingle.get(), dsingle.get(), n, ncclBfloat16, ncclSum, comm, s));
+      FP4MOE_CUDA_CHECK(cudaEventRecord(ev[4], s));
+      FP4MOE_NCCL_CHECK(nccl.all_reduce(dsingle.get(), dsingle.get(), n, ncclBfloat16, ncclSum, comm, s));
+      FP4MOE_CUDA_CHECK(cudaEventRecord(ev[5], s));
+      FP4MOE_CUDA_CHECK(cudaEventSynchronize(ev[5]));
+      float ms;
+      FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[4], ev[5]));
+      alone.push_back(ms * 1e3);
+    }
+    if (rank != 0) continue;
+    // Rank 0: the TP output against the whole layer on one GPU, and the whole layer's time.
+    std::vector<uint16_t> tp_out(n), one(n);
+    FP4MOE_CUDA_CHECK(cudaMemcpy(tp_out.data(), dout.get(), n * 2, cudaMemcpyDeviceToHost));
+    double single_us = 0, err = NAN;
+    if (single) {
+      FP4MOE_CUDA_CHECK(cudaMemsetAsync(dsingle.get(), 0xFF, dsingle.bytes(), s));
+      single->forward(dh.get<uint16_t>(), dl.get<float>(), T, dsingle.get<uint16_t>(), s);
+      FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+      FP4MOE_CUDA_CHECK(cudaMemcpy(one.data(), dsingle.get(), n * 2, cudaMemcpyDeviceToHost));
+      err = rel_error(tp_out, one);
+      std::vector<double> t1;
+      for (int i = 0; i < o.warmup + o.iters; ++i) {
+        if (o.cold_l2) flusher.flush(s);
+        FP4MOE_CUDA_CHECK(cudaEventRecord(ev[0], s));
+        single->forward(dh.get<uint16_t>(), dl.get<float>(), T, dsingle.get<uint16_t>(), s);
+        FP4MOE_CUDA_CHECK(cudaEventRecord(ev[1], s));
+        FP4MOE_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+        float ms;
+        FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+        if (i >= o.warmup) t1.push_back(ms * 1e3);
+      }
+      single_us = median(t1);
+    }
+    const double tp_us = median(total), ar_us = median(allred);
+    std::printf("%6lld | %9.1f %9.1f %9.1f %9.1f | %10.1f %10.1f | %10.1f %5.1f%% | %10.1f %6.2fx | %9.2e\n",
+                static_cast<long long>(T), median(route), median(fc1), median(fc2), median(gemms), ar_us,
+                median(alone), tp_us, 100.0 * ar_us / tp_us, single_us, single_us > 0 ? single_us / tp_us : 0.0,
+                err);
+    std::fflush(stdout);
+    FP4MOE_CHECK(std::isfinite(err) || !single, "T = ", T, ": the tensor-parallel output holds NaN or Inf");
+    FP4MOE_CHECK(!single || err < 1e-2, "T = ", T, ": the tensor-parallel output differs from one GPU's by ", err,
+                 " (relative Frobenius), more than 1e-2");
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  cudaStreamDestroy(s);
+  nccl.comm_destroy(comm);
+}
+
+}  // namespace
+
+int run_tp_bench(const TpBenchOptions& o) {
+  FP4MOE_CHECK(o.world >= 2 && o.world <= 64, "--tp ", o.world, ": needs 2..64 ranks");
+  FP4MOE_CHECK(!o.tokens.empty(), "--tp: no token counts");
+  validate_shard(o.config, {ShardMode::kTensor, 0, o.world});
+  NcclApi::get();  // a missing NCCL is reported once, before any rank starts
+  void* mem = mmap(nullptr, sizeof(SharedPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  FP4MOE_CHECK(mem != MAP_FAILED, "--tp: cannot map the ranks' shared page");
+  SharedPage* page = new (mem) SharedPage{};
+  std::fflush(nullptr);
+  probe_devices(page);
+  if (page->devices < o.world) {
+    const std::string why = page->probe_error[0] ? std::string(" (CUDA: ") + page->probe_error + ")" : "";
+    const int n = page->devices;
+    munmap(mem, sizeof(SharedPage));
+    FP4MOE_FAIL("--tp ", o.world, " needs ", o.world, " GPUs, this machine has ", n, why);
+  }
+  std::vector<pid_t> pids;
+  for (int r = 0; r < o.world; ++r) {
+    const pid_t pid = fork();
+    FP4MOE_CHECK(pid >= 0, "--tp: fork failed for rank ", r);
+    if (pid == 0) {
+      setenv("NCCL_NVLS_ENABLE", "0", 1);  // NVLink multicast stays off (shared machines)
+      int status = 0;
+      try {
+        run_rank(o, r, page);
+      } catch (const std::exception& e) {
+        page->failed.store(1);
+        std::fprintf(stderr, "fp4moe: rank %d: %s\n", r, e.what());
+        status = 1;
+      }
+      std::fflush(nullptr);
+      _exit(status);
+    }
+    pids.push_back(pid);
+  }
+  // A rank that fails leaves the others waiting in NCCL for it: stop them.
+  int failed = 0;
+  for (size_t left = pids.size(); left > 0; --left) {
+    int st = 0;
+    const pid_t done = wait(&st);
+    if (done < 0) break;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      if (failed++ == 0)
+        for (pid_t pid : pids)
+          if (pid != done) kill(pid, SIGTERM);
+    }
+  }
+  page->~SharedPage();
+  munmap(mem, sizeof(SharedPage));
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace fp4moe
