@@ -9,6 +9,7 @@
 
 #include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
+#include "fp4moe/sharding.h"
 
 namespace fp4moe {
 namespace {
@@ -91,24 +92,36 @@ std::vector<float> to_floats(const StTensorView& v) {
   return out;
 }
 
-Nvfp4Matrix load_nvfp4(const Checkpoint& c, const std::string& prefix, int64_t rows, int64_t cols) {
+// Rows `rs` x columns `cs` (whole 16-column blocks) of an NVFP4 tensor, copied straight from the
+// mapped shard: a rank of a sharded layer touches only its own slice's bytes.
+Nvfp4Matrix load_nvfp4(const Checkpoint& c, const std::string& prefix, int64_t rows, int64_t cols, IndexRange rs,
+                       IndexRange cs) {
   Nvfp4Matrix m;
-  m.rows = rows;
-  m.cols = cols;
+  m.rows = rs.size();
+  m.cols = cs.size();
   const StTensorView& w = expect(c, prefix + ".weight", {StDtype::kU8}, {rows, cols / 2});
   const StTensorView& s = expect(c, prefix + ".weight_scale", {StDtype::kF8E4M3}, {rows, cols / 16});
-  m.data.assign(w.bytes.begin(), w.bytes.end());
-  m.block_scales.assign(s.bytes.begin(), s.bytes.end());
+  m.data.reserve(m.rows * m.cols / 2);
+  m.block_scales.reserve(m.rows * m.cols / 16);
+  for (int64_t r = rs.begin; r < rs.end; ++r) {
+    const auto row = w.bytes.begin() + r * (cols / 2);
+    m.data.insert(m.data.end(), row + cs.begin / 2, row + cs.end / 2);
+    const auto srow = s.bytes.begin() + r * (cols / 16);
+    m.block_scales.insert(m.block_scales.end(), srow + cs.begin / 16, srow + cs.end / 16);
+  }
   m.global_scale = scalar_f32(c, prefix + ".weight_scale_2");
   m.validate((c.dir() + ": " + prefix).c_str());
   return m;
 }
 
-ExpertWeights load_expert(const Checkpoint& c, const std::string& prefix, int64_t hidden, int64_t inter) {
+// An expert, or its tensor-parallel slice: intermediate columns `ic` (gate/up rows, down
+// columns).
+ExpertWeights load_expert(const Checkpoint& c, const std::string& prefix, int64_t hidden, int64_t inter,
+                          IndexRange ic) {
   ExpertWeights e;
-  e.gate = load_nvfp4(c, prefix + ".gate_proj", inter, hidden);
-  e.up = load_nvfp4(c, prefix + ".up_proj", inter, hidden);
-  e.down = load_nvfp4(c, prefix + ".down_proj", hidden, inter);
+  e.gate = load_nvfp4(c, prefix + ".gate_proj", inter, hidden, ic, {0, hidden});
+  e.up = load_nvfp4(c, prefix + ".up_proj", inter, hidden, ic, {0, hidden});
+  e.down = load_nvfp4(c, prefix + ".down_proj", hidden, inter, {0, hidden}, ic);
   // input_scale: the calibrated activation scale (W4A4 numerics only); absent means unused.
   auto input_scale = [&](const std::string& p) {
     return c.contains(p + ".input_scale") ? scalar_f32(c, p + ".input_scale") : 1.0f;
@@ -211,6 +224,10 @@ ModelInfo read_model_info(const Checkpoint& ckpt) {
 }
 
 MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int layer) {
+  return load_moe_layer(ckpt, info, layer, Shard{});
+}
+
+MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int layer, const Shard& shard) {
   FP4MOE_CHECK(layer >= 0 && layer < info.num_layers, ckpt.dir(), ": layer ", layer, " out of range [0, ",
                info.num_layers, ")");
   FP4MOE_CHECK(layer >= info.first_moe_layer, ckpt.dir(), ": layer ", layer,
@@ -222,12 +239,16 @@ MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int lay
                  " are excluded from quantization ('", pat, "'): not an NVFP4 layer");
   const MoeConfig& cfg = info.moe;
   MoeWeights w;
-  w.config = cfg;
+  w.config = shard_config(cfg, shard);  // validates the split
   w.experts.resize(cfg.num_experts);
-  for (int e = 0; e < cfg.num_experts; ++e)
-    w.experts[e] = load_expert(ckpt, prefix + ".experts." + std::to_string(e), cfg.hidden, cfg.intermediate);
+  const bool tp = shard.mode == ShardMode::kTensor;
+  const IndexRange mine = tp ? IndexRange{0, cfg.num_experts} : ep_experts(cfg.num_experts, shard);
+  const IndexRange cols = tp ? tp_columns(cfg.intermediate, shard) : IndexRange{0, cfg.intermediate};
+  for (int64_t e = mine.begin; e < mine.end; ++e)
+    w.experts[e] = load_expert(ckpt, prefix + ".experts." + std::to_string(e), cfg.hidden, cfg.intermediate, cols);
   if (cfg.has_shared_expert())
-    w.shared = load_expert(ckpt, prefix + ".shared_experts", cfg.hidden, cfg.shared_intermediate);
+    w.shared = load_expert(ckpt, prefix + ".shared_experts", cfg.hidden, cfg.shared_intermediate,
+                           tp ? tp_columns(cfg.shared_intermediate, shard) : IndexRange{0, cfg.shared_intermediate});
   w.router_weight = to_floats(expect(ckpt, prefix + ".gate.weight", {StDtype::kBF16, StDtype::kF32, StDtype::kF16},
                                      {cfg.num_experts, cfg.hidden}));
   const std::string bias = prefix + ".gate.e_score_correction_bias";

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fp4moe/moe.h"
+#include "fp4moe/sharding.h"
 #include "fp4moe/synthetic.h"
 #include "io/checkpoint.h"
 
@@ -33,6 +34,10 @@ ModelInfo read_model_info(const Checkpoint& ckpt);
 // shared expert. Throws naming the tensor on a missing tensor, a wrong dtype or shape, or a
 // layer that is dense or excluded from quantization.
 MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int layer);
+// The part of that layer one rank of a sharded deployment holds (fp4moe/sharding.h), read
+// straight from the mapped shards: its intermediate columns (TP) or its experts (EP) only;
+// equal, byte for byte, to shard_weights() of the whole layer.
+MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int layer, const Shard& shard);
 
 // fnmatch-style glob ('*' and '?') used for exclude_modules.
 bool glob_match(const std::string& pattern, const std::string& text);

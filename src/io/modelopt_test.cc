@@ -96,6 +96,31 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+TEST(ModelOpt, ShardedLoadReadsEachRanksSliceExactly) {
+  const Written w = write_small("ckpt_sharded");
+  const Checkpoint c = Checkpoint::open(w.dir);
+  const ModelInfo info = read_model_info(c);
+  const MoeWeights whole = load_moe_layer(c, info, 1);
+  for (const Shard s : {Shard{ShardMode::kTensor, 1, 2}, Shard{ShardMode::kExpert, 2, 3}}) {
+    const MoeWeights loaded = load_moe_layer(c, info, 1, s);
+    const MoeWeights sliced = shard_weights(whole, s);
+    EXPECT_EQ(loaded.config.intermediate, sliced.config.intermediate);
+    EXPECT_EQ(loaded.config.shared_intermediate, sliced.config.shared_intermediate);
+    for (int e = 0; e < info.moe.num_experts; ++e) {
+      ASSERT_EQ(loaded.experts[e].materialized(), sliced.experts[e].materialized()) << to_string(s.mode) << " " << e;
+      if (!sliced.experts[e].materialized()) continue;
+      expect_same_matrix(loaded.experts[e].gate, sliced.experts[e].gate);
+      expect_same_matrix(loaded.experts[e].up, sliced.experts[e].up);
+      expect_same_matrix(loaded.experts[e].down, sliced.experts[e].down);
+    }
+    ASSERT_TRUE(loaded.shared.has_value());
+    expect_same_matrix(loaded.shared->down, sliced.shared->down);
+    EXPECT_EQ(loaded.router_weight, whole.router_weight);
+  }
+  const std::string why = error_of([&] { load_moe_layer(c, info, 1, Shard{ShardMode::kExpert, 0, 5}); });
+  EXPECT_NE(why.find("do not split evenly"), std::string::npos) << why;
+}
+
 TEST(ModelOpt, BadCheckpointsAreClearErrors) {
   const Written w = write_small("ckpt_errors");
   const Checkpoint c = Checkpoint::open(w.dir);
