@@ -47,6 +47,10 @@ expect_one_line_error(run("run", "--hidden", "100", expect_rc=1), "multiple of")
 expect_one_line_error(run("bench", "--tokens", "1,x", expect_rc=1), "'x' is not a number")
 expect_one_line_error(run("bench", "--tokens", "1,0", expect_rc=1), "'0' is not a token count")
 expect_one_line_error(run("frobnicate", expect_rc=1), "")
+# Tensor parallel: refused splits and options, before any GPU or NCCL is needed.
+expect_one_line_error(run("bench", "--preset", "glm5-tp8", "--tp", "32", expect_rc=1), "multiples of 16")
+expect_one_line_error(run("bench", "--tp", "2", "--json", "/tmp/x.json", expect_rc=1), "--tp takes")
+expect_one_line_error(run("bench", "--tp", "1", expect_rc=1), "--tp")
 expect_one_line_error(run("quantize", "/nonexistent.npy", "/tmp/x", expect_rc=1), "cannot open")
 
 with tempfile.TemporaryDirectory() as d:
