@@ -22,7 +22,7 @@
 #include "bench/bench_runner.h"
 #endif
 #ifdef FP4MOE_WITH_NCCL
-#include "bench/tp_bench.h"
+#include "bench/dist_bench.h"
 #endif
 
 namespace fp4moe::cli {
@@ -41,6 +41,7 @@ struct BenchArgs {
   std::string fc1, fc2;  // tactic overrides
   bool no_cache = false;
   int tp = 0;  // > 1: the tensor-parallel benchmark over this many GPUs
+  int ep = 0;  // > 1: the expert-parallel one
 };
 
 // The sweep: the given token counts, or 1, 2, 4, ..., 16384.
@@ -214,31 +215,34 @@ void run_cpu(const BenchArgs& a, const MoeConfig& cfg, const std::string& why) {
                         {"rows", rows}});
 }
 
-// --tp P: one process per GPU (forked before this process touches CUDA), NCCL between them.
-void run_tp_command(const BenchArgs& a, const MoeConfig& cfg) {
-  FP4MOE_CHECK(a.fc1.empty() && a.fc2.empty() && a.json.empty() && a.skew == 0,
-               "--tp takes the heuristic plan, uniform routing and prints a table: drop --fc1/--fc2/--json/--skew");
+// --tp P / --ep P: one process per GPU (forked before this process touches CUDA), NCCL between.
+void run_dist_command(const BenchArgs& a, const MoeConfig& cfg) {
+  FP4MOE_CHECK(a.tp == 0 || a.ep == 0, "--tp and --ep: choose one");
+  const char* flag = a.tp ? "--tp" : "--ep";
+  FP4MOE_CHECK(a.fc1.empty() && a.fc2.empty() && a.json.empty() && a.skew == 0, flag,
+               " takes the heuristic plan, uniform routing and prints a table: drop --fc1/--fc2/--json/--skew");
 #ifdef FP4MOE_WITH_NCCL
-  TpBenchOptions o;
+  DistBenchOptions o;
   o.config = cfg;
-  o.world = a.tp;
+  o.mode = a.tp ? ShardMode::kTensor : ShardMode::kExpert;
+  o.world = a.tp ? a.tp : a.ep;
   o.tokens = parse_tokens(a.tokens);
   o.seed = a.seed;
   o.warmup = a.warmup;
   o.iters = a.iters;
   o.cold_l2 = !a.warm_l2;
-  FP4MOE_CHECK(run_tp_bench(o) == 0, "--tp ", a.tp, ": a rank failed (its message is above)");
+  FP4MOE_CHECK(run_dist_bench(o) == 0, flag, " ", o.world, ": a rank failed (its message is above)");
 #else
   (void)cfg;
-  FP4MOE_FAIL("--tp: this build has no CUDA/NCCL (configure with CUDA and nccl.h present)");
+  FP4MOE_FAIL(flag, ": this build has no CUDA/NCCL (configure with CUDA and nccl.h present)");
 #endif
 }
 
 void run_bench_command(const BenchArgs& a) {
   const MoeConfig cfg = a.shape.resolve();
   parse_tokens(a.tokens);  // validate before any work
-  if (a.tp != 0) {
-    run_tp_command(a, cfg);
+  if (a.tp != 0 || a.ep != 0) {
+    run_dist_command(a, cfg);
     return;
   }
   const CudaEnvironment env = query_cuda_environment();
@@ -273,6 +277,8 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--no-cache", a->no_cache, "Ignore the tuning cache: the heuristic plan only");
   cmd->add_option("--cpu-max-tokens", a->cpu_max_tokens, "Without a GPU: time the CPU reference up to this T");
   cmd->add_option("--tp", a->tp, "Tensor parallel over this many GPUs (one process each, NCCL): GEMMs vs all-reduce")
+      ->check(CLI::Range(2, 64));
+  cmd->add_option("--ep", a->ep, "Expert parallel over this many GPUs (one process each, NCCL): GEMMs vs dispatch/return")
       ->check(CLI::Range(2, 64));
   cmd->callback([a] { run_bench_command(*a); });
 }

@@ -31,6 +31,9 @@ const NcclApi& NcclApi::get() {
     sym(api.comm_init_all, "ncclCommInitAll");
     sym(api.comm_destroy, "ncclCommDestroy");
     sym(api.all_reduce, "ncclAllReduce");
+    sym(api.all_gather, "ncclAllGather");
+    sym(api.send, "ncclSend");
+    sym(api.recv, "ncclRecv");
     sym(api.group_start, "ncclGroupStart");
     sym(api.group_end, "ncclGroupEnd");
     sym(api.error_string, "ncclGetErrorString");

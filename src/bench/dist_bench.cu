@@ -1,5 +1,5 @@
-// The tensor-parallel benchmark (see tp_bench.h).
-#include "bench/tp_bench.h"
+// The multi-GPU benchmark (see dist_bench.h).
+#include "bench/dist_bench.h"
 
 #include <cuda_runtime.h>
 #include <signal.h>
@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "dist/ep_layer.h"
 #include "dist/nccl_api.h"
 #include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
@@ -46,7 +47,7 @@ struct SharedPage {
 // forked from it, and CUDA does not survive a fork).
 void probe_devices(SharedPage* page) {
   const pid_t pid = fork();
-  FP4MOE_CHECK(pid >= 0, "--tp: fork failed");
+  FP4MOE_CHECK(pid >= 0, "multi-GPU bench: fork failed");
   if (pid == 0) {
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
@@ -74,7 +75,10 @@ double rel_error(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b)
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-void run_rank(const TpBenchOptions& o, int rank, SharedPage* page) {
+void run_tp_rank(const DistBenchOptions& o, int rank, ncclComm_t comm);
+void run_ep_rank(const DistBenchOptions& o, int rank, ncclComm_t comm);
+
+void run_rank(const DistBenchOptions& o, int rank, SharedPage* page) {
   const NcclApi& nccl = NcclApi::get();
   FP4MOE_CUDA_CHECK(cudaSetDevice(rank));
   if (rank == 0) {
@@ -90,7 +94,15 @@ void run_rank(const TpBenchOptions& o, int rank, SharedPage* page) {
   }
   ncclComm_t comm;
   FP4MOE_NCCL_CHECK(nccl.comm_init_rank(&comm, o.world, page->id, rank));
+  if (o.mode == ShardMode::kTensor)
+    run_tp_rank(o, rank, comm);
+  else
+    run_ep_rank(o, rank, comm);
+  nccl.comm_destroy(comm);
+}
 
+void run_tp_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
+  const NcclApi& nccl = NcclApi::get();
   const MoeConfig& cfg = o.config;
   const Shard shard{ShardMode::kTensor, rank, o.world};
   validate_shard(cfg, shard);
@@ -210,18 +222,134 @@ void run_rank(const TpBenchOptions& o, int rank, SharedPage* page) {
   }
   for (auto& e : ev) cudaEventDestroy(e);
   cudaStreamDestroy(s);
-  nccl.comm_destroy(comm);
 }
+
+void run_ep_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
+  const NcclApi& nccl = NcclApi::get();
+  const MoeConfig& cfg = o.config;
+  const Shard shard{ShardMode::kExpert, rank, o.world};
+  SyntheticOptions so;
+  so.seed = o.seed;
+  LayerOptions lo;
+  lo.device = rank;
+  lo.use_tuning_cache = false;
+  std::unique_ptr<EpMoeLayer> ep;
+  std::unique_ptr<GpuMoeLayer> single;
+  {
+    const MoeWeights full = make_synthetic_moe(cfg, so);
+    ep = std::make_unique<EpMoeLayer>(shard_weights(full, shard), shard, comm);
+    if (o.compare_single_gpu) single = GpuMoeLayer::create(full, lo);
+  }
+  const GpuSpec gpu = query_cuda_environment().devices.at(rank);
+  L2Flusher flusher(gpu.l2_bytes);
+  cudaStream_t s;
+  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaEvent_t ev[7];
+  for (auto& e : ev) FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
+  DeviceBuffer err_sums(16);
+  if (rank == 0) {
+    std::printf("expert parallel %d x %s (%s), %d experts and 1/%d of the tokens per rank; NCCL send/recv (NVLS off); "
+                "heuristic plans, plain launches%s\n",
+                o.world, gpu.name.c_str(), cfg.name.c_str(), cfg.num_experts / o.world, o.world,
+                o.cold_l2 ? ", cold L2" : "");
+    std::printf("%6s | %8s %9s %9s %9s %9s %9s | %9s %6s | %10s %7s | %9s\n", "T", "route us", "counts us",
+                "dispatch", "experts", "return", "combine", "EP us", "comm%", "1 GPU us", "speedup", "rel err");
+    std::fflush(stdout);
+  }
+  for (int64_t T : o.tokens) {
+    // The batch's tokens, split evenly (the first T % P ranks take one more).
+    const int64_t base = T / o.world, extra = T % o.world;
+    const int64_t begin = rank * base + std::min<int64_t>(rank, extra), mine = base + (rank < extra ? 1 : 0);
+    const std::vector<float> hidden = make_hidden_states(T, cfg.hidden, o.seed + T);
+    const std::vector<float> logits = make_router_logits(T, cfg.num_experts, o.seed + T);
+    std::vector<uint16_t> hb(hidden.size());
+    for (size_t i = 0; i < hidden.size(); ++i) hb[i] = Bf16::from_float(hidden[i]).bits;
+    const int64_t H = cfg.hidden, E = cfg.num_experts;
+    DeviceBuffer dh(std::max<int64_t>(1, T * H * 2)), dl(std::max<int64_t>(1, T * E * 4));
+    DeviceBuffer dout(std::max<int64_t>(1, mine * H * 2)), done(std::max<int64_t>(1, T * H * 2));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_CHECK(cudaMemcpy(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+    const uint16_t* my_hidden = dh.get<uint16_t>() + begin * H;
+    const float* my_logits = dl.get<float>() + begin * E;
+    // The checked run (output poisoned first).
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(dout.get(), 0xFF, dout.bytes(), s));
+    ep->forward(my_hidden, my_logits, mine, dout.get<uint16_t>(), s);
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<double> st[6], total;
+    for (int i = 0; i < o.warmup + o.iters; ++i) {
+      if (o.cold_l2) flusher.flush(s);
+      ep->forward(my_hidden, my_logits, mine, dout.get<uint16_t>(), s, ev);
+      FP4MOE_CUDA_CHECK(cudaEventSynchronize(ev[6]));
+      if (i < o.warmup) continue;
+      double sum = 0;
+      for (int k = 0; k < 6; ++k) {
+        float ms;
+        FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[k], ev[k + 1]));
+        st[k].push_back(ms * 1e3);
+        sum += ms * 1e3;
+      }
+      total.push_back(sum);
+    }
+    // Every rank: its tokens against the whole layer on its GPU; the error sums over the ranks.
+    double sums[2] = {0, 0};
+    if (single && mine > 0) {
+      std::vector<uint16_t> got(mine * H), want(mine * H);
+      FP4MOE_CUDA_CHECK(cudaMemcpy(got.data(), dout.get(), got.size() * 2, cudaMemcpyDeviceToHost));
+      single->forward(my_hidden, my_logits, mine, done.get<uint16_t>(), s);
+      FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+      FP4MOE_CUDA_CHECK(cudaMemcpy(want.data(), done.get(), want.size() * 2, cudaMemcpyDeviceToHost));
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double x = Bf16::from_bits(got[i]).to_float(), y = Bf16::from_bits(want[i]).to_float();
+        sums[0] += std::isfinite(x) ? (x - y) * (x - y) : INFINITY;
+        sums[1] += y * y;
+      }
+    }
+    FP4MOE_CUDA_CHECK(cudaMemcpy(err_sums.get(), sums, 16, cudaMemcpyHostToDevice));
+    FP4MOE_NCCL_CHECK(nccl.all_reduce(err_sums.get(), err_sums.get(), 2, ncclFloat64, ncclSum, comm, s));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(sums, err_sums.get(), 16, cudaMemcpyDeviceToHost, s));
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    const double err = sums[1] > 0 ? std::sqrt(sums[0] / sums[1]) : std::sqrt(sums[0]);
+    if (rank != 0) continue;
+    double single_us = 0;
+    if (single) {
+      std::vector<double> t1;
+      for (int i = 0; i < o.warmup + o.iters; ++i) {
+        if (o.cold_l2) flusher.flush(s);
+        FP4MOE_CUDA_CHECK(cudaEventRecord(ev[0], s));
+        single->forward(dh.get<uint16_t>(), dl.get<float>(), T, done.get<uint16_t>(), s);
+        FP4MOE_CUDA_CHECK(cudaEventRecord(ev[1], s));
+        FP4MOE_CUDA_CHECK(cudaEventSynchronize(ev[1]));
+        float ms;
+        FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
+        if (i >= o.warmup) t1.push_back(ms * 1e3);
+      }
+      single_us = median(t1);
+    }
+    const double ep_us = median(total);
+    const double comm_us = median(st[1]) + median(st[2]) + median(st[4]);
+    std::printf("%6lld | %8.1f %9.1f %9.1f %9.1f %9.1f %9.1f | %9.1f %5.1f%% | %10.1f %6.2fx | %9.2e\n",
+                static_cast<long long>(T), median(st[0]), median(st[1]), median(st[2]), median(st[3]),
+                median(st[4]), median(st[5]), ep_us, 100.0 * comm_us / ep_us, single_us,
+                single_us > 0 ? single_us / ep_us : 0.0, err);
+    std::fflush(stdout);
+    FP4MOE_CHECK(!single || err < 1e-2, "T = ", T, ": the expert-parallel output differs from one GPU's by ", err,
+                 " (relative Frobenius), more than 1e-2");
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  cudaStreamDestroy(s);
+}
+
 
 }  // namespace
 
-int run_tp_bench(const TpBenchOptions& o) {
-  FP4MOE_CHECK(o.world >= 2 && o.world <= 64, "--tp ", o.world, ": needs 2..64 ranks");
-  FP4MOE_CHECK(!o.tokens.empty(), "--tp: no token counts");
-  validate_shard(o.config, {ShardMode::kTensor, 0, o.world});
+int run_dist_bench(const DistBenchOptions& o) {
+  const std::string flag = o.mode == ShardMode::kTensor ? "--tp" : "--ep";
+  FP4MOE_CHECK(o.world >= 2 && o.world <= 64, flag, " ", o.world, ": needs 2..64 ranks");
+  FP4MOE_CHECK(!o.tokens.empty(), flag, ": no token counts");
+  validate_shard(o.config, {o.mode, 0, o.world});
   NcclApi::get();  // a missing NCCL is reported once, before any rank starts
   void* mem = mmap(nullptr, sizeof(SharedPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  FP4MOE_CHECK(mem != MAP_FAILED, "--tp: cannot map the ranks' shared page");
+  FP4MOE_CHECK(mem != MAP_FAILED, flag, ": cannot map the ranks' shared page");
   SharedPage* page = new (mem) SharedPage{};
   std::fflush(nullptr);
   probe_devices(page);
@@ -229,12 +357,12 @@ int run_tp_bench(const TpBenchOptions& o) {
     const std::string why = page->probe_error[0] ? std::string(" (CUDA: ") + page->probe_error + ")" : "";
     const int n = page->devices;
     munmap(mem, sizeof(SharedPage));
-    FP4MOE_FAIL("--tp ", o.world, " needs ", o.world, " GPUs, this machine has ", n, why);
+    FP4MOE_FAIL(flag, " ", o.world, " needs ", o.world, " GPUs, this machine has ", n, why);
   }
   std::vector<pid_t> pids;
   for (int r = 0; r < o.world; ++r) {
     const pid_t pid = fork();
-    FP4MOE_CHECK(pid >= 0, "--tp: fork failed for rank ", r);
+    FP4MOE_CHECK(pid >= 0, flag, ": fork failed for rank ", r);
     if (pid == 0) {
       setenv("NCCL_NVLS_ENABLE", "0", 1);  // NVLink multicast stays off (shared machines)
       int status = 0;

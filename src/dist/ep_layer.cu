@@ -1,0 +1,277 @@
+// The expert-parallel layer (see ep_layer.h).
+#include "dist/ep_layer.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "fp4moe/error.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/moe/routing.cuh"
+
+namespace fp4moe {
+namespace {
+
+// send[p] = hidden[row_token[p]]: one 16-byte unit per thread, grid-stride.
+__global__ void gather_rows_natural(const uint4* hidden, const int* row_token, int64_t rows, int64_t units_per_row,
+                                    uint4* send) {
+  const int64_t total = rows * units_per_row;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = i / units_per_row, u = i - r * units_per_row;
+    send[i] = hidden[row_token[r] * units_per_row + u];
+  }
+}
+
+// Router logits that send received row i to its local expert alone: 30 there, 0 elsewhere
+// (softmax top-1, renormalized: weight 1). offsets [experts + 1]: rows of each local expert.
+__global__ void onehot_logits(const int* offsets, int experts, int64_t rows, float* logits) {
+  const int64_t total = rows * experts;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t row = i / experts;
+    const int e = static_cast<int>(i - row * experts);
+    int lo = 0, hi = experts;  // offsets[lo] <= row < offsets[hi]
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) >> 1;
+      if (offsets[mid] <= row) lo = mid; else hi = mid;
+    }
+    logits[i] = e == lo ? 30.0f : 0.0f;
+  }
+}
+
+__device__ __forceinline__ void add_bf16x2(float& a, float& b, uint32_t v, float w) {
+  a += w * __uint_as_float(v << 16);
+  b += w * __uint_as_float(v & 0xFFFF0000u);
+}
+
+// out[t] = sum over slots j (in order) of weight[t][j] * back[pair_row[t][j]] (+ shared[t]),
+// fp32, one rounding to bf16. 8 elements per thread.
+__global__ void combine_slots(const uint4* back, const int* pair_row, const float* weight, const uint4* shared,
+                              int64_t tokens, int k, int64_t units_per_row, uint4* out) {
+  const int64_t total = tokens * units_per_row;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i / units_per_row, u = i - t * units_per_row;
+    float acc[8] = {};
+    for (int j = 0; j < k; ++j) {
+      const float w = weight[t * k + j];
+      const uint4 v = back[pair_row[t * k + j] * units_per_row + u];
+      add_bf16x2(acc[0], acc[1], v.x, w);
+      add_bf16x2(acc[2], acc[3], v.y, w);
+      add_bf16x2(acc[4], acc[5], v.z, w);
+      add_bf16x2(acc[6], acc[7], v.w, w);
+    }
+    if (shared) {
+      const uint4 v = shared[i];
+      add_bf16x2(acc[0], acc[1], v.x, 1.0f);
+      add_bf16x2(acc[2], acc[3], v.y, 1.0f);
+      add_bf16x2(acc[4], acc[5], v.z, 1.0f);
+      add_bf16x2(acc[6], acc[7], v.w, 1.0f);
+    }
+    uint32_t o[4];
+    for (int q = 0; q < 4; ++q) {
+      const __nv_bfloat162 b = __floats2bfloat162_rn(acc[2 * q], acc[2 * q + 1]);
+      o[q] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+    out[i] = make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+
+int grid_for(int64_t work) { return static_cast<int>(std::clamp<int64_t>((work + 255) / 256, 1, 4096)); }
+
+MoeConfig single_router_config(const MoeConfig& cfg, const std::string& name, int experts, int64_t intermediate) {
+  MoeConfig c;
+  c.name = name;
+  c.hidden = cfg.hidden;
+  c.intermediate = intermediate;
+  c.num_experts = experts;
+  c.routing.mode = RoutingMode::kSoftmaxTopK;
+  c.routing.top_k = 1;
+  c.routing.norm_topk_prob = true;
+  c.routing.routed_scaling_factor = 1.0f;
+  c.quantize_activations = cfg.quantize_activations;
+  return c;
+}
+
+}  // namespace
+
+EpMoeLayer::EpMoeLayer(const MoeWeights& w, const Shard& shard, ncclComm_t comm)
+    : cfg_(w.config), shard_(shard), comm_(comm) {
+  FP4MOE_CHECK(shard.mode == ShardMode::kExpert, "EpMoeLayer: an expert-parallel shard is needed");
+  validate_shard(cfg_, shard);
+  const IndexRange mine = ep_experts(cfg_.num_experts, shard);
+  local_begin_ = static_cast<int>(mine.begin);
+  local_experts_ = static_cast<int>(mine.size());
+  int device = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
+  LayerOptions lo;
+  lo.device = device;
+  lo.use_tuning_cache = false;
+  MoeWeights local;
+  local.config = single_router_config(cfg_, cfg_.name + "-ep-experts", local_experts_, cfg_.intermediate);
+  for (int64_t e = mine.begin; e < mine.end; ++e) {
+    FP4MOE_CHECK(w.experts.at(e).materialized(), "EpMoeLayer: rank ", shard.rank, " lacks its expert ", e);
+    local.experts.push_back(w.experts[e]);
+  }
+  experts_ = GpuMoeLayer::create(local, lo);
+  if (cfg_.has_shared_expert()) {
+    FP4MOE_CHECK(w.shared.has_value(), "EpMoeLayer: the shared expert is missing");
+    MoeWeights sw;
+    sw.config = single_router_config(cfg_, cfg_.name + "-ep-shared", 1, cfg_.shared_intermediate);
+    sw.experts.push_back(*w.shared);
+    shared_ = GpuMoeLayer::create(sw, lo);
+  }
+  if (cfg_.routing.mode == RoutingMode::kSigmoidNoAuxTc && !w.correction_bias.empty()) {
+    bias_.resize(w.correction_bias.size() * 4);
+    FP4MOE_CUDA_CHECK(cudaMemcpy(bias_.get(), w.correction_bias.data(), bias_.bytes(), cudaMemcpyHostToDevice));
+  }
+}
+
+void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T, uint16_t* out, cudaStream_t s,
+                         cudaEvent_t const* events, bool run_experts) {
+  FP4MOE_CHECK(T >= 0 && T <= (int64_t{1} << 24), "EP forward: token count ", T, " out of [0, 2^24]");
+  FP4MOE_CHECK(T == 0 || (hidden && logits && out), "EP forward: null device pointer");
+  const NcclApi& nccl = NcclApi::get();
+  auto record = [&](int i) {
+    if (events) FP4MOE_CUDA_CHECK(cudaEventRecord(events[i], s));
+  };
+  const int E = cfg_.num_experts, k = cfg_.routing.top_k, world = shard_.world;
+  const int64_t H = cfg_.hidden, units = H / 8, P = T * k;
+  topk_ids_.resize(P * 4);
+  topk_w_.resize(P * 4);
+  offsets_.resize((E + 2) * 4);
+  row_token_.resize(P * 4);
+  row_weight_.resize(P * 4);
+  pair_row_.resize(P * 4);
+  counts_.resize((E + 1) * 4);
+  cursors_.resize((E + 1) * 4);
+  send_rows_.resize(P * H * 2);
+  back_rows_.resize(P * H * 2);
+  all_counts_.resize(int64_t{world} * (E + 1) * 4);
+
+  // 1. Route this rank's tokens over all experts and gather their rows (grouped by expert).
+  record(0);
+  kernels::RoutingParams rp;
+  rp.logits = logits;
+  rp.correction_bias = bias_.bytes() ? bias_.get<float>() : nullptr;
+  rp.tokens = static_cast<int>(T);
+  rp.experts = E;
+  rp.top_k = k;
+  rp.mode = cfg_.routing.mode == RoutingMode::kSoftmaxTopK ? 0 : 1;
+  rp.n_group = cfg_.routing.n_group;
+  rp.topk_group = cfg_.routing.topk_group;
+  rp.norm_topk_prob = cfg_.routing.norm_topk_prob;
+  rp.routed_scaling_factor = cfg_.routing.routed_scaling_factor;
+  rp.shared_expert = false;
+  rp.topk_ids = topk_ids_.get<int>();
+  rp.topk_weights = topk_w_.get<float>();
+  rp.expert_offsets = offsets_.get<int>();
+  rp.row_token = row_token_.get<int>();
+  rp.row_weight = row_weight_.get<float>();
+  rp.pair_row = pair_row_.get<int>();
+  rp.counts = counts_.get<int>();
+  rp.cursors = cursors_.get<int>();
+  if (T == 0) {  // no tokens here, but the exchanges need this rank: zero rows everywhere
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(offsets_.get(), 0, (E + 1) * 4, s));
+  } else {
+    kernels::launch_routing(rp, s);
+  }
+  if (P > 0) gather_rows_natural<<<grid_for(P * units), 256, 0, s>>>(reinterpret_cast<const uint4*>(hidden),
+                                                         row_token_.get<int>(), P, units, send_rows_.get<uint4>());
+  FP4MOE_CUDA_CHECK_LAUNCH();
+  record(1);
+
+  // 2. Every rank's expert offsets, to the host: NCCL's message sizes are host values.
+  FP4MOE_NCCL_CHECK(nccl.all_gather(offsets_.get(), all_counts_.get(), E + 1, ncclInt32, comm_, s));
+  host_counts_.resize(static_cast<size_t>(world) * (E + 1));
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(host_counts_.data(), all_counts_.get(), host_counts_.size() * 4,
+                                    cudaMemcpyDeviceToHost, s));
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+  record(2);
+  auto off = [&](int rank, int e) { return int64_t{host_counts_[static_cast<size_t>(rank) * (E + 1) + e]}; };
+  auto count = [&](int rank, int e) { return off(rank, e + 1) - off(rank, e); };
+  const int me = shard_.rank;
+  const int per_rank = E / world;
+  // Received rows, expert-major then source rank: where (local expert, source) starts.
+  std::vector<int64_t> recv_pos(static_cast<size_t>(local_experts_) * world + 1, 0);
+  std::vector<int> local_offsets(local_experts_ + 1, 0);
+  for (int le = 0; le < local_experts_; ++le) {
+    for (int src = 0; src < world; ++src) {
+      const size_t i = static_cast<size_t>(le) * world + src;
+      recv_pos[i + 1] = recv_pos[i] + count(src, local_begin_ + le);
+    }
+    local_offsets[le + 1] = static_cast<int>(recv_pos[static_cast<size_t>(le + 1) * world]);
+  }
+  const int64_t R = recv_pos.back();
+  sent_ = off(me, E);
+  received_ = R;
+  recv_rows_.resize(std::max<int64_t>(1, R) * H * 2);
+  recv_out_.resize(std::max<int64_t>(1, R) * H * 2);
+
+  // 3. Dispatch: the rows of expert e to e's rank.
+  auto exchange = [&](bool forward_direction) {
+    FP4MOE_NCCL_CHECK(nccl.group_start());
+    for (int peer = 0; peer < world; ++peer) {
+      for (int e = peer * per_rank; e < (peer + 1) * per_rank; ++e) {  // my rows of peer's experts
+        const int64_t n = count(me, e);
+        if (n == 0) continue;
+        uint16_t* mine = (forward_direction ? send_rows_ : back_rows_).get<uint16_t>() + off(me, e) * H;
+        if (forward_direction)
+          FP4MOE_NCCL_CHECK(nccl.send(mine, n * H, ncclBfloat16, peer, comm_, s));
+        else
+          FP4MOE_NCCL_CHECK(nccl.recv(mine, n * H, ncclBfloat16, peer, comm_, s));
+      }
+      for (int le = 0; le < local_experts_; ++le) {  // peer's rows of my experts
+        const int64_t n = count(peer, local_begin_ + le);
+        if (n == 0) continue;
+        const int64_t pos = recv_pos[static_cast<size_t>(le) * world + peer];
+        if (forward_direction)
+          FP4MOE_NCCL_CHECK(nccl.recv(recv_rows_.get<uint16_t>() + pos * H, n * H, ncclBfloat16, peer, comm_, s));
+        else
+          FP4MOE_NCCL_CHECK(nccl.send(recv_out_.get<uint16_t>() + pos * H, n * H, ncclBfloat16, peer, comm_, s));
+      }
+    }
+    FP4MOE_NCCL_CHECK(nccl.group_end());
+  };
+  exchange(true);
+  record(3);
+
+  // 4. The local experts on the received rows (each row to its expert alone, weight 1).
+  if (R > 0) {
+    if (run_experts) {
+      recv_offsets_.resize((local_experts_ + 1) * 4);
+      onehot_.resize(R * local_experts_ * 4);
+      FP4MOE_CUDA_CHECK(cudaMemcpyAsync(recv_offsets_.get(), local_offsets.data(), local_offsets.size() * 4,
+                                        cudaMemcpyHostToDevice, s));
+      onehot_logits<<<grid_for(R * local_experts_), 256, 0, s>>>(recv_offsets_.get<int>(), local_experts_, R,
+                                                                  onehot_.get<float>());
+      FP4MOE_CUDA_CHECK_LAUNCH();
+      experts_->forward(recv_rows_.get<uint16_t>(), onehot_.get<float>(), R, recv_out_.get<uint16_t>(), s);
+    } else {
+      FP4MOE_CUDA_CHECK(cudaMemcpyAsync(recv_out_.get(), recv_rows_.get(), R * H * 2, cudaMemcpyDeviceToDevice, s));
+    }
+  }
+  record(4);
+
+  // 5. Return: each row to the slot it left.
+  exchange(false);
+  record(5);
+
+  // 6. The shared expert on this rank's tokens, then the combine in slot order.
+  if (T == 0) {
+    record(6);
+    return;
+  }
+  const uint4* shared = nullptr;
+  if (shared_) {
+    ones_.resize(T * 4);
+    shared_out_.resize(T * H * 2);
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(ones_.get(), 0, T * 4, s));  // one expert: softmax weight 1
+    shared_->forward(hidden, ones_.get<float>(), T, shared_out_.get<uint16_t>(), s);
+    shared = shared_out_.get<uint4>();
+  }
+  combine_slots<<<grid_for(T * units), 256, 0, s>>>(back_rows_.get<uint4>(), pair_row_.get<int>(), topk_w_.get<float>(),
+                                                   shared, T, k, units, reinterpret_cast<uint4*>(out));
+  FP4MOE_CUDA_CHECK_LAUNCH();
+  record(6);
+}
+
+}  // namespace fp4moe

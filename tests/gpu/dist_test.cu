@@ -1,0 +1,253 @@
+// The multi-GPU layers on two GPUs (skipped with fewer), against the whole layer on one GPU and
+// the float64 reference.
+//   Tensor parallel: each GPU runs the layer on its half of every expert's intermediate columns,
+//   an NCCL all-reduce sums the outputs (equal within the all-reduce's bf16 rounding).
+//   Expert parallel: each GPU holds half the experts and its own tokens; rows travel to their
+//   experts and back by NCCL send/recv (bit for bit: checked with the experts bypassed), and
+//   the combine is deterministic (repeat runs bitwise equal).
+#include <gtest/gtest.h>
+
+#include <exception>
+#include <memory>
+#include <thread>
+
+#include "dist/ep_layer.h"
+#include "dist/nccl_api.h"
+#include "fp4moe/layer.h"
+#include "fp4moe/sharding.h"
+#include "fp4moe/synthetic.h"
+#include "gpu_test_util.h"
+
+namespace fp4moe {
+namespace {
+
+TEST(TensorParallel, TwoGpusMatchOneGpuAndTheReference) {
+  FP4MOE_REQUIRE_GPU();
+  const CudaEnvironment env = query_cuda_environment();
+  if (env.devices.size() < 2) GTEST_SKIP() << "needs 2 GPUs, has " << env.devices.size();
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  const NcclApi& nccl = NcclApi::get();
+  MoeConfig c;
+  c.name = "tp-test";
+  c.hidden = 272;  // not a multiple of the tiles
+  c.intermediate = 288;
+  c.num_experts = 16;
+  c.routing.top_k = 4;
+  c.shared_intermediate = 288;
+  SyntheticOptions so;
+  so.seed = 21;
+  so.init = WeightInit::kQuantizedGaussian;
+  const MoeWeights full = make_synthetic_moe(c, so);
+  constexpr int P = 2;
+  const int devs[P] = {0, 1};
+  ncclComm_t comms[P];
+  FP4MOE_NCCL_CHECK(nccl.comm_init_all(comms, P, devs));
+  std::unique_ptr<GpuMoeLayer> shard[P];
+  cudaStream_t streams[P];
+  for (int r = 0; r < P; ++r) {
+    LayerOptions lo;
+    lo.device = r;
+    lo.use_tuning_cache = false;
+    FP4MOE_CUDA_CHECK(cudaSetDevice(r));
+    shard[r] = GpuMoeLayer::create(shard_weights(full, {ShardMode::kTensor, r, P}), lo);
+    FP4MOE_CUDA_CHECK(cudaStreamCreate(&streams[r]));
+  }
+  FP4MOE_CUDA_CHECK(cudaSetDevice(0));
+  LayerOptions lo0;
+  lo0.use_tuning_cache = false;
+  const std::unique_ptr<GpuMoeLayer> whole = GpuMoeLayer::create(full, lo0);
+  for (int64_t T : {5, 300}) {  // the decode family, then the prefill family where it exists
+    const std::vector<float> hidden = make_hidden_states(T, c.hidden, 100 + T);
+    const std::vector<float> logits = make_router_logits(T, c.num_experts, 200 + T);
+    const GpuLayerRun one = run_gpu_layer(*whole, hidden, logits, T, 0);
+    const std::vector<uint16_t> hb = test::to_bf16_bits(hidden);
+    DeviceBuffer dh[P], dl[P], dout[P];
+    for (int r = 0; r < P; ++r) {
+      FP4MOE_CUDA_CHECK(cudaSetDevice(r));
+      dh[r] = test::to_device(hb);
+      dl[r] = test::to_device(logits);
+      dout[r] = DeviceBuffer(T * c.hidden * 2);
+      test::poison(dout[r]);
+      shard[r]->forward(dh[r].get<uint16_t>(), dl[r].get<float>(), T, dout[r].get<uint16_t>(), streams[r]);
+    }
+    FP4MOE_NCCL_CHECK(nccl.group_start());
+    for (int r = 0; r < P; ++r)
+      FP4MOE_NCCL_CHECK(nccl.all_reduce(dout[r].get(), dout[r].get(), T * c.hidden, ncclBfloat16, ncclSum,
+                                        comms[r], streams[r]));
+    FP4MOE_NCCL_CHECK(nccl.group_end());
+    std::vector<uint16_t> got[P];
+    for (int r = 0; r < P; ++r) {
+      FP4MOE_CUDA_CHECK(cudaSetDevice(r));
+      FP4MOE_CUDA_CHECK(cudaStreamSynchronize(streams[r]));
+      got[r] = test::to_host<uint16_t>(dout[r], T * c.hidden);
+    }
+    EXPECT_EQ(got[0], got[1]) << "T = " << T << ": the ranks' all-reduced outputs differ";
+    const test::Comparison vs_one = test::compare(test::bf16_to_double(got[0]), test::bf16_to_double(one.out));
+    const std::vector<double> ref = moe_reference(full, hidden, T, one.routing);
+    const test::Comparison vs_ref = test::compare(test::bf16_to_double(got[0]), ref);
+    std::printf("TP 2, T=%lld: rel error vs one GPU %.3e, vs float64 reference %.3e (one GPU vs reference %.3e)\n",
+                static_cast<long long>(T), vs_one.rel_frobenius, vs_ref.rel_frobenius,
+                test::compare(test::bf16_to_double(one.out), ref).rel_frobenius);
+    EXPECT_EQ(vs_one.non_finite, 0);
+    EXPECT_LT(vs_one.rel_frobenius, 1e-2) << "T = " << T;
+    EXPECT_LT(vs_ref.rel_frobenius, 1e-2) << "T = " << T;
+  }
+  for (int r = 0; r < P; ++r) {
+    FP4MOE_CUDA_CHECK(cudaSetDevice(r));
+    cudaStreamDestroy(streams[r]);
+    nccl.comm_destroy(comms[r]);
+  }
+  FP4MOE_CUDA_CHECK(cudaSetDevice(0));
+}
+
+// The expert-parallel path on one GPU (a world of one: every expert local, NCCL send/recv to
+// itself): routing, gather, exchange, one-hot expert layer, return and combine against the
+// single-GPU layer. Runs wherever one GPU is.
+TEST(ExpertParallel, OneRankMatchesTheLayer) {
+  FP4MOE_REQUIRE_GPU();
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  const NcclApi& nccl = NcclApi::get();
+  MoeConfig c;
+  c.name = "ep-test-1";
+  c.hidden = 272;
+  c.intermediate = 288;
+  c.num_experts = 16;
+  c.routing.top_k = 4;
+  c.shared_intermediate = 288;
+  SyntheticOptions so;
+  so.seed = 29;
+  so.init = WeightInit::kQuantizedGaussian;
+  const MoeWeights full = make_synthetic_moe(c, so);
+  FP4MOE_CUDA_CHECK(cudaSetDevice(0));
+  const int dev = 0;
+  ncclComm_t comm;
+  FP4MOE_NCCL_CHECK(nccl.comm_init_all(&comm, 1, &dev));
+  EpMoeLayer ep(full, {ShardMode::kExpert, 0, 1}, comm);
+  LayerOptions lo;
+  lo.use_tuning_cache = false;
+  const std::unique_ptr<GpuMoeLayer> whole = GpuMoeLayer::create(full, lo);
+  cudaStream_t s;
+  FP4MOE_CUDA_CHECK(cudaStreamCreate(&s));
+  for (int64_t T : {5, 300}) {
+    const std::vector<float> hidden = make_hidden_states(T, c.hidden, 500 + T);
+    const std::vector<float> logits = make_router_logits(T, c.num_experts, 600 + T);
+    const DeviceBuffer dh = test::to_device(test::to_bf16_bits(hidden)), dl = test::to_device(logits);
+    DeviceBuffer dout(T * c.hidden * 2);
+    ep.forward(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), s, nullptr, false);
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    const int64_t n = ep.sent_row_count() * c.hidden;
+    EXPECT_EQ(ep.sent_row_count(), T * c.routing.top_k);
+    EXPECT_EQ(ep.received_row_count(), T * c.routing.top_k);
+    EXPECT_EQ(test::to_host(ep.sent_rows(), n), test::to_host(ep.returned_rows(), n)) << "T = " << T;
+    test::poison(dout);
+    ep.forward(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), s);
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    const std::vector<uint16_t> got = test::to_host<uint16_t>(dout, T * c.hidden);
+    test::poison(dout);
+    ep.forward(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), s);
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    EXPECT_EQ(test::to_host<uint16_t>(dout, T * c.hidden), got) << "T = " << T << ": repeat runs differ";
+    const GpuLayerRun one = run_gpu_layer(*whole, hidden, logits, T, 0);
+    const test::Comparison vs_one = test::compare(test::bf16_to_double(got), test::bf16_to_double(one.out));
+    const test::Comparison vs_ref = test::compare(test::bf16_to_double(got), moe_reference(full, hidden, T, one.routing));
+    std::printf("EP 1, T=%lld: rel error vs the layer %.3e, vs float64 reference %.3e\n", static_cast<long long>(T),
+                vs_one.rel_frobenius, vs_ref.rel_frobenius);
+    EXPECT_EQ(vs_one.non_finite, 0);
+    EXPECT_LT(vs_one.rel_frobenius, 1e-2) << "T = " << T;
+    EXPECT_LT(vs_ref.rel_frobenius, 1e-2) << "T = " << T;
+  }
+  cudaStreamDestroy(s);
+  nccl.comm_destroy(comm);
+}
+
+TEST(ExpertParallel, TwoGpusMatchOneGpuAndMoveRowsBitExactly) {
+  FP4MOE_REQUIRE_GPU();
+  const CudaEnvironment env = query_cuda_environment();
+  if (env.devices.size() < 2) GTEST_SKIP() << "needs 2 GPUs, has " << env.devices.size();
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  const NcclApi& nccl = NcclApi::get();
+  MoeConfig c;
+  c.name = "ep-test";
+  c.hidden = 272;
+  c.intermediate = 288;
+  c.num_experts = 16;
+  c.routing.top_k = 4;
+  c.shared_intermediate = 288;
+  SyntheticOptions so;
+  so.seed = 23;
+  so.init = WeightInit::kQuantizedGaussian;
+  const MoeWeights full = make_synthetic_moe(c, so);
+  constexpr int P = 2;
+  const int devs[P] = {0, 1};
+  ncclComm_t comms[P];
+  FP4MOE_NCCL_CHECK(nccl.comm_init_all(comms, P, devs));
+  // Token counts per rank: decode-sized, prefill-sized, and a rank without tokens.
+  const int64_t cases[][P] = {{5, 3}, {300, 260}, {4, 0}};
+  constexpr int kCases = 3;
+  std::vector<uint16_t> out[kCases][P];
+  std::exception_ptr failure[P];
+  auto rank_main = [&](int r) {
+    try {
+      FP4MOE_CUDA_CHECK(cudaSetDevice(r));
+      const Shard shard{ShardMode::kExpert, r, P};
+      EpMoeLayer ep(shard_weights(full, shard), shard, comms[r]);
+      cudaStream_t s;
+      FP4MOE_CUDA_CHECK(cudaStreamCreate(&s));
+      for (int ci = 0; ci < kCases; ++ci) {
+        const int64_t T = cases[ci][0] + cases[ci][1], begin = r == 0 ? 0 : cases[ci][0], mine = cases[ci][r];
+        const std::vector<float> hidden = make_hidden_states(T, c.hidden, 300 + T);
+        const std::vector<float> logits = make_router_logits(T, c.num_experts, 400 + T);
+        const std::vector<uint16_t> hb = test::to_bf16_bits(hidden);
+        const DeviceBuffer dh = test::to_device(std::vector<uint16_t>(hb.begin() + begin * c.hidden, hb.begin() + (begin + mine) * c.hidden));
+        const DeviceBuffer dl = test::to_device(std::vector<float>(logits.begin() + begin * c.num_experts, logits.begin() + (begin + mine) * c.num_experts));
+        DeviceBuffer dout(std::max<int64_t>(1, mine * c.hidden * 2));
+        // Rows out and back with the experts bypassed: every bit comes home.
+        ep.forward(dh.get<uint16_t>(), dl.get<float>(), mine, dout.get<uint16_t>(), s, nullptr, false);
+        FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+        const int64_t n = ep.sent_row_count() * c.hidden;
+        EXPECT_EQ(ep.sent_row_count(), mine * c.routing.top_k);
+        EXPECT_EQ(test::to_host(ep.sent_rows(), n), test::to_host(ep.returned_rows(), n)) << "rank " << r << " case " << ci;
+        // The layer, twice: the same bits both times.
+        test::poison(dout);
+        ep.forward(dh.get<uint16_t>(), dl.get<float>(), mine, dout.get<uint16_t>(), s);
+        FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+        out[ci][r] = test::to_host<uint16_t>(dout, mine * c.hidden);
+        test::poison(dout);
+        ep.forward(dh.get<uint16_t>(), dl.get<float>(), mine, dout.get<uint16_t>(), s);
+        FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+        EXPECT_EQ(test::to_host<uint16_t>(dout, mine * c.hidden), out[ci][r]) << "rank " << r << " case " << ci;
+      }
+      cudaStreamDestroy(s);
+    } catch (...) {
+      failure[r] = std::current_exception();
+    }
+  };
+  std::thread ranks[P] = {std::thread(rank_main, 0), std::thread(rank_main, 1)};
+  for (auto& t : ranks) t.join();
+  for (auto& f : failure)
+    if (f) std::rethrow_exception(f);
+  FP4MOE_CUDA_CHECK(cudaSetDevice(0));
+  LayerOptions lo;
+  lo.use_tuning_cache = false;
+  const std::unique_ptr<GpuMoeLayer> whole = GpuMoeLayer::create(full, lo);
+  for (int ci = 0; ci < kCases; ++ci) {
+    const int64_t T = cases[ci][0] + cases[ci][1];
+    const std::vector<float> hidden = make_hidden_states(T, c.hidden, 300 + T);
+    const std::vector<float> logits = make_router_logits(T, c.num_experts, 400 + T);
+    const GpuLayerRun one = run_gpu_layer(*whole, hidden, logits, T, 0);
+    std::vector<uint16_t> got = out[ci][0];
+    got.insert(got.end(), out[ci][1].begin(), out[ci][1].end());
+    const test::Comparison vs_one = test::compare(test::bf16_to_double(got), test::bf16_to_double(one.out));
+    const test::Comparison vs_ref = test::compare(test::bf16_to_double(got), moe_reference(full, hidden, T, one.routing));
+    std::printf("EP 2, T=%lld+%lld: rel error vs one GPU %.3e, vs float64 reference %.3e\n",
+                static_cast<long long>(cases[ci][0]), static_cast<long long>(cases[ci][1]), vs_one.rel_frobenius,
+                vs_ref.rel_frobenius);
+    EXPECT_EQ(vs_one.non_finite, 0);
+    EXPECT_LT(vs_one.rel_frobenius, 1e-2) << "case " << ci;
+    EXPECT_LT(vs_ref.rel_frobenius, 1e-2) << "case " << ci;
+  }
+  for (int r = 0; r < P; ++r) nccl.comm_destroy(comms[r]);
+}
+
+}  // namespace
+}  // namespace fp4moe
