@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "bench/bench_runner.h"
+#include "bench/bf16_compare.h"
 #include "bench/cublas_baseline.h"
 #include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
@@ -25,17 +26,6 @@ TimedPath timed(double seconds, const LayerCost& c, const Roofline& f) {
   t.pct_floor = 100.0 * f.floor_s / seconds;
   t.x_floor = seconds / f.floor_s;
   return t;
-}
-
-double rel_error(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double x = Bf16::from_bits(a[i]).to_float(), y = Bf16::from_bits(b[i]).to_float();
-    if (!std::isfinite(x) || !std::isfinite(y)) return INFINITY;
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 }  // namespace
@@ -173,7 +163,7 @@ BenchReport run_bench(const BenchOptions& o) {
       // The output of the method timed last is in dbase: both methods compute the same thing.
       std::vector<uint16_t> theirs(T * cfg.hidden);
       FP4MOE_CUDA_CHECK(cudaMemcpy(theirs.data(), dbase.get(), theirs.size() * 2, cudaMemcpyDeviceToHost));
-      row.rel_error_vs_baseline = rel_error(ours, theirs);
+      row.rel_error_vs_baseline = bf16_rel_error(ours, theirs);
       FP4MOE_CHECK(row.rel_error_vs_baseline <= o.max_rel_error, "bench: T = ", T,
                    ": our output differs from the cuBLAS baseline's by ", row.rel_error_vs_baseline,
                    " (relative Frobenius), more than ", o.max_rel_error);

@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "bench/bf16_compare.h"
 #include "dist/ep_layer.h"
 #include "dist/nccl_api.h"
 #include "fp4moe/bf16.h"
@@ -28,6 +29,7 @@
 #include "fp4moe/synthetic.h"
 #include "kernels/common/cuda_check.h"
 #include "runtime/device_buffer.h"
+#include "runtime/event_timing.h"
 #include "runtime/l2_flush.h"
 
 namespace fp4moe {
@@ -62,17 +64,6 @@ void probe_devices(SharedPage* page) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-double rel_error(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double x = Bf16::from_bits(a[i]).to_float(), y = Bf16::from_bits(b[i]).to_float();
-    if (!std::isfinite(x) || !std::isfinite(y)) return INFINITY;
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 void run_tp_rank(const DistBenchOptions& o, int rank, ncclComm_t comm);
@@ -196,19 +187,11 @@ void run_tp_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
       single->forward(dh.get<uint16_t>(), dl.get<float>(), T, dsingle.get<uint16_t>(), s);
       FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
       FP4MOE_CUDA_CHECK(cudaMemcpy(one.data(), dsingle.get(), n * 2, cudaMemcpyDeviceToHost));
-      err = rel_error(tp_out, one);
-      std::vector<double> t1;
-      for (int i = 0; i < o.warmup + o.iters; ++i) {
-        if (o.cold_l2) flusher.flush(s);
-        FP4MOE_CUDA_CHECK(cudaEventRecord(ev[0], s));
-        single->forward(dh.get<uint16_t>(), dl.get<float>(), T, dsingle.get<uint16_t>(), s);
-        FP4MOE_CUDA_CHECK(cudaEventRecord(ev[1], s));
-        FP4MOE_CUDA_CHECK(cudaEventSynchronize(ev[1]));
-        float ms;
-        FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
-        if (i >= o.warmup) t1.push_back(ms * 1e3);
-      }
-      single_us = median(t1);
+      err = bf16_rel_error(tp_out, one);
+      single_us = 1e6 * median_event_time(o.warmup, o.iters, s,
+                                          [&] { single->forward(dh.get<uint16_t>(), dl.get<float>(), T,
+                                                                dsingle.get<uint16_t>(), s); },
+                                          [&] { if (o.cold_l2) flusher.flush(s); });
     }
     const double tp_us = median(total), ar_us = median(allred);
     std::printf("%6lld | %9.1f %9.1f %9.1f %9.1f | %10.1f %10.1f | %10.1f %5.1f%% | %10.1f %6.2fx | %9.2e\n",
@@ -312,18 +295,10 @@ void run_ep_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
     if (rank != 0) continue;
     double single_us = 0;
     if (single) {
-      std::vector<double> t1;
-      for (int i = 0; i < o.warmup + o.iters; ++i) {
-        if (o.cold_l2) flusher.flush(s);
-        FP4MOE_CUDA_CHECK(cudaEventRecord(ev[0], s));
-        single->forward(dh.get<uint16_t>(), dl.get<float>(), T, done.get<uint16_t>(), s);
-        FP4MOE_CUDA_CHECK(cudaEventRecord(ev[1], s));
-        FP4MOE_CUDA_CHECK(cudaEventSynchronize(ev[1]));
-        float ms;
-        FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[0], ev[1]));
-        if (i >= o.warmup) t1.push_back(ms * 1e3);
-      }
-      single_us = median(t1);
+      single_us = 1e6 * median_event_time(o.warmup, o.iters, s,
+                                          [&] { single->forward(dh.get<uint16_t>(), dl.get<float>(), T,
+                                                                done.get<uint16_t>(), s); },
+                                          [&] { if (o.cold_l2) flusher.flush(s); });
     }
     const double ep_us = median(total);
     const double comm_us = median(st[1]) + median(st[2]) + median(st[4]);

@@ -21,23 +21,29 @@
 namespace fp4moe {
 namespace {
 
+// The layer every test here shards: sizes that are not multiples of the tiles, a shared expert.
+MoeWeights dist_test_weights(uint64_t seed) {
+  MoeConfig c;
+  c.name = "dist-test";
+  c.hidden = 272;
+  c.intermediate = 288;
+  c.num_experts = 16;
+  c.routing.top_k = 4;
+  c.shared_intermediate = 288;
+  SyntheticOptions so;
+  so.seed = seed;
+  so.init = WeightInit::kQuantizedGaussian;
+  return make_synthetic_moe(c, so);
+}
+
 TEST(TensorParallel, TwoGpusMatchOneGpuAndTheReference) {
   FP4MOE_REQUIRE_GPU();
   const CudaEnvironment env = query_cuda_environment();
   if (env.devices.size() < 2) GTEST_SKIP() << "needs 2 GPUs, has " << env.devices.size();
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   const NcclApi& nccl = NcclApi::get();
-  MoeConfig c;
-  c.name = "tp-test";
-  c.hidden = 272;  // not a multiple of the tiles
-  c.intermediate = 288;
-  c.num_experts = 16;
-  c.routing.top_k = 4;
-  c.shared_intermediate = 288;
-  SyntheticOptions so;
-  so.seed = 21;
-  so.init = WeightInit::kQuantizedGaussian;
-  const MoeWeights full = make_synthetic_moe(c, so);
+  const MoeWeights full = dist_test_weights(21);
+  const MoeConfig& c = full.config;
   constexpr int P = 2;
   const int devs[P] = {0, 1};
   ncclComm_t comms[P];
@@ -107,17 +113,8 @@ TEST(ExpertParallel, OneRankMatchesTheLayer) {
   FP4MOE_REQUIRE_GPU();
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   const NcclApi& nccl = NcclApi::get();
-  MoeConfig c;
-  c.name = "ep-test-1";
-  c.hidden = 272;
-  c.intermediate = 288;
-  c.num_experts = 16;
-  c.routing.top_k = 4;
-  c.shared_intermediate = 288;
-  SyntheticOptions so;
-  so.seed = 29;
-  so.init = WeightInit::kQuantizedGaussian;
-  const MoeWeights full = make_synthetic_moe(c, so);
+  const MoeWeights full = dist_test_weights(29);
+  const MoeConfig& c = full.config;
   FP4MOE_CUDA_CHECK(cudaSetDevice(0));
   const int dev = 0;
   ncclComm_t comm;
@@ -166,17 +163,8 @@ TEST(ExpertParallel, TwoGpusMatchOneGpuAndMoveRowsBitExactly) {
   if (env.devices.size() < 2) GTEST_SKIP() << "needs 2 GPUs, has " << env.devices.size();
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   const NcclApi& nccl = NcclApi::get();
-  MoeConfig c;
-  c.name = "ep-test";
-  c.hidden = 272;
-  c.intermediate = 288;
-  c.num_experts = 16;
-  c.routing.top_k = 4;
-  c.shared_intermediate = 288;
-  SyntheticOptions so;
-  so.seed = 23;
-  so.init = WeightInit::kQuantizedGaussian;
-  const MoeWeights full = make_synthetic_moe(c, so);
+  const MoeWeights full = dist_test_weights(23);
+  const MoeConfig& c = full.config;
   constexpr int P = 2;
   const int devs[P] = {0, 1};
   ncclComm_t comms[P];
