@@ -149,18 +149,10 @@ void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T,
 
   // 1. Route this rank's tokens over all experts and gather their rows (grouped by expert).
   record(0);
-  kernels::RoutingParams rp;
+  kernels::RoutingParams rp = kernels::routing_params_for(cfg_, T);
   rp.logits = logits;
   rp.correction_bias = bias_.bytes() ? bias_.get<float>() : nullptr;
-  rp.tokens = static_cast<int>(T);
-  rp.experts = E;
-  rp.top_k = k;
-  rp.mode = cfg_.routing.mode == RoutingMode::kSoftmaxTopK ? 0 : 1;
-  rp.n_group = cfg_.routing.n_group;
-  rp.topk_group = cfg_.routing.topk_group;
-  rp.norm_topk_prob = cfg_.routing.norm_topk_prob;
-  rp.routed_scaling_factor = cfg_.routing.routed_scaling_factor;
-  rp.shared_expert = false;
+  rp.shared_expert = false;  // the shared expert runs apart, on this rank's tokens
   rp.topk_ids = topk_ids_.get<int>();
   rp.topk_weights = topk_w_.get<float>();
   rp.expert_offsets = offsets_.get<int>();

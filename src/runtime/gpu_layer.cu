@@ -306,18 +306,10 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   cudaStream_t s = stream;
   ensure_workspace(tokens, plan, s);
 
-  kernels::RoutingParams rp;
+  kernels::RoutingParams rp = kernels::routing_params_for(cfg_, tokens);
   rp.logits = logits;
   rp.correction_bias = cfg_.routing.mode == RoutingMode::kSigmoidNoAuxTc && bias_.bytes() >= size_t(cfg_.num_experts) * 4
                            ? bias_.get<float>() : nullptr;
-  rp.tokens = static_cast<int>(tokens);
-  rp.experts = cfg_.num_experts;
-  rp.top_k = cfg_.routing.top_k;
-  rp.mode = cfg_.routing.mode == RoutingMode::kSoftmaxTopK ? 0 : 1;
-  rp.n_group = cfg_.routing.n_group;
-  rp.topk_group = cfg_.routing.topk_group;
-  rp.norm_topk_prob = cfg_.routing.norm_topk_prob;
-  rp.routed_scaling_factor = cfg_.routing.routed_scaling_factor;
   rp.shared_expert = cfg_.has_shared_expert();
   rp.topk_ids = topk_ids_.get<int>();
   rp.topk_weights = topk_w_.get<float>();

@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "fp4moe/moe.h"
+
 namespace fp4moe::kernels {
 
 struct RoutingParams {
@@ -38,6 +40,21 @@ struct RoutingParams {
   int* counts = nullptr;
   int* cursors = nullptr;
 };
+
+// The routing fields of `cfg` (mode, top-k, groups, normalization, scaling) for `tokens` tokens
+// over its routed experts; the caller adds the buffers, the bias and the shared expert.
+inline RoutingParams routing_params_for(const MoeConfig& cfg, int64_t tokens) {
+  RoutingParams p;
+  p.tokens = static_cast<int>(tokens);
+  p.experts = cfg.num_experts;
+  p.top_k = cfg.routing.top_k;
+  p.mode = cfg.routing.mode == RoutingMode::kSoftmaxTopK ? 0 : 1;
+  p.n_group = cfg.routing.n_group;
+  p.topk_group = cfg.routing.topk_group;
+  p.norm_topk_prob = cfg.routing.norm_topk_prob;
+  p.routed_scaling_factor = cfg.routing.routed_scaling_factor;
+  return p;
+}
 
 // Largest supported expert count (one warp holds a token's scores, 32 per lane).
 inline constexpr int kMaxRoutedExperts = 1024;
