@@ -1,5 +1,5 @@
 // GPU routing and permutation against the reference routing, for the single-CTA (T <= 32: the
-// T = 1 case) and multi-CTA paths, both modes, with and without groups and a shared expert; and the
+// decode steps) and multi-CTA paths, both modes, with and without groups and a shared expert; and the
 // permutation's invariants (offsets, row <-> pair maps are inverse, every pair placed once).
 #include <gtest/gtest.h>
 
@@ -18,6 +18,7 @@ struct Case {
   int experts;
   int64_t tokens;
   bool shared;
+  bool ties = false;  // logits on a grid of 0.5: many equal scores, the index breaks the tie
 };
 
 class GpuRouting : public ::testing::TestWithParam<Case> {};
@@ -27,7 +28,9 @@ TEST_P(GpuRouting, MatchesReferenceAndPermutationIsConsistent) {
   const Case c = GetParam();
   const int E = c.experts, k = c.cfg.top_k, slots = k + (c.shared ? 1 : 0);
   const int64_t T = c.tokens, P = T * slots;
-  const std::vector<float> logits = make_router_logits(T, E, 17 + T);
+  std::vector<float> logits = make_router_logits(T, E, 17 + T);
+  if (c.ties)
+    for (float& x : logits) x = std::round(2.0f * x) / 2.0f;
   std::vector<float> bias(E);
   for (int e = 0; e < E; ++e) bias[e] = 0.01f * static_cast<float>((e * 7) % 11) - 0.05f;
   DeviceBuffer dl = test::to_device(logits), db = test::to_device(bias);
@@ -117,13 +120,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{RoutingMode::kSigmoidNoAuxTc, 8, 8, 4, true, 2.5f}, 256, 700, true},
         Case{{RoutingMode::kSoftmaxTopK, 2, 1, 1, false, 1.0f}, 8, 100, false},
         Case{{RoutingMode::kSoftmaxTopK, 6, 1, 1, true, 1.0f}, 60, 1000, false},
-        Case{{RoutingMode::kSigmoidNoAuxTc, 4, 1, 1, true, 1.0f}, 512, 33, false}),
+        Case{{RoutingMode::kSigmoidNoAuxTc, 4, 1, 1, true, 1.0f}, 512, 33, false},
+        Case{{RoutingMode::kSoftmaxTopK, 8, 1, 1, true, 1.0f}, 64, 7, false, true},
+        Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 65, true, true}),
     [](const auto& i) {
       const Case& c = i.param;
       return std::string(c.cfg.mode == RoutingMode::kSoftmaxTopK ? "softmax" : "sigmoid") + "_E" +
              std::to_string(c.experts) + "_k" + std::to_string(c.cfg.top_k) + "_g" +
              std::to_string(c.cfg.n_group) + "_T" + std::to_string(c.tokens) +
-             (c.shared ? "_shared" : "");
+             (c.shared ? "_shared" : "") + (c.ties ? "_ties" : "");
     });
 
 }  // namespace

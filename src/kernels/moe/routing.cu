@@ -31,35 +31,59 @@ __device__ __forceinline__ void launch_dependents() {
 
 __device__ __forceinline__ bool beats(Best a, Best b) { return a.v > b.v || (a.v == b.v && a.i < b.i); }
 
+// The warp's best (value desc, index asc) in two reductions (redux.sync, sm_80+) instead of a
+// five-step shuffle tree of (value, index) pairs: the routing of a decode step is a chain of k
+// of these, and each shuffle step costs a full shuffle latency. Floats are mapped to unsigned
+// keys in their order (-0 as +0, so that it ties with +0 as in the comparison above).
+__device__ __forceinline__ unsigned ordered_key(float v) {
+  const unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(unsigned key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
+}
 __device__ __forceinline__ Best warp_best(Best b) {
-#pragma unroll
-  for (int d = 16; d > 0; d >>= 1) {
-    Best o{__shfl_xor_sync(0xffffffffu, b.v, d), __shfl_xor_sync(0xffffffffu, b.i, d)};
-    if (beats(o, b)) b = o;
-  }
-  return b;
+  const unsigned key = ordered_key(b.v);
+  const unsigned top = __reduce_max_sync(0xffffffffu, key);
+  const unsigned index = __reduce_min_sync(0xffffffffu, key == top ? static_cast<unsigned>(b.i) : 0xffffffffu);
+  return Best{key_value(top), static_cast<int>(index)};
 }
 
 // Routes token `tok` with one warp; writes ids/weights and returns through `ids`/`w` (lane j
 // < k holds slot j).
+// With `local_ids`/`local_w` (shared memory, [tokens][k]) the result is kept there too, so that
+// the single-CTA permutation reads it without a round trip through L2.
 template <int kPerLane>
-__device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_id, float& my_w) {
+__device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_id, float& my_w,
+                            int* local_ids = nullptr, float* local_w = nullptr) {
   const int E = p.experts, k = p.top_k;
   const float* l = p.logits + static_cast<int64_t>(tok) * E;
+  // Every load first, unpredicated (lanes past E read expert E - 1 and are masked below): with
+  // the loads between the sigmoids' divisions, whose slow paths are branches, the compiler
+  // issued them one after another, a memory latency each - 16 in a row at T = 1 took ~10 us.
+  float x[kPerLane], bias[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) x[j] = __ldg(l + min(lane + 32 * j, E - 1));
+  if (p.mode == 1 && p.correction_bias) {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) bias[j] = __ldg(p.correction_bias + min(lane + 32 * j, E - 1));
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) bias[j] = 0.0f;
+  }
   float choice[kPerLane], score[kPerLane];
   float maxv = kNegInf;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
-    const int e = lane + 32 * j;
-    const float x = e < E ? l[e] : kNegInf;
+    const bool real = lane + 32 * j < E;
     if (p.mode == 0) {
-      choice[j] = x;  // selection by logit; weights below
-      score[j] = x;
-      maxv = fmaxf(maxv, x);
+      choice[j] = real ? x[j] : kNegInf;  // selection by logit; weights below
+      score[j] = choice[j];
+      maxv = fmaxf(maxv, choice[j]);
     } else {
-      const float s = e < E ? 1.0f / (1.0f + expf(-x)) : 0.0f;
+      const float s = real ? 1.0f / (1.0f + expf(-x[j])) : 0.0f;
       score[j] = s;
-      choice[j] = e < E ? s + (p.correction_bias ? p.correction_bias[e] : 0.0f) : kNegInf;
+      choice[j] = real ? s + bias[j] : kNegInf;
     }
   }
   float denom = 1.0f;
@@ -147,6 +171,10 @@ __device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_i
     my_w *= p.routed_scaling_factor;
     p.topk_ids[static_cast<int64_t>(tok) * k + lane] = my_id;
     p.topk_weights[static_cast<int64_t>(tok) * k + lane] = my_w;
+    if (local_ids) {
+      local_ids[tok * k + lane] = my_id;
+      local_w[tok * k + lane] = my_w;
+    }
   }
 }
 
@@ -181,6 +209,8 @@ __global__ void __launch_bounds__(1024) route_permute_single_cta(const RoutingPa
   __shared__ int counts[kMaxRoutedExperts + 1];
   __shared__ int offsets[kMaxRoutedExperts + 2];
   __shared__ int warp_sums[32];
+  __shared__ int local_ids[kSingleCtaRoutingTokens * 32];
+  __shared__ float local_w[kSingleCtaRoutingTokens * 32];
   launch_dependents();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
   const int groups = p.experts + (p.shared_expert ? 1 : 0);
@@ -189,11 +219,11 @@ __global__ void __launch_bounds__(1024) route_permute_single_cta(const RoutingPa
   for (int tok = warp; tok < p.tokens; tok += warps) {
     int id;
     float w;
-    route_token<kPerLane>(p, tok, lane, id, w);
+    route_token<kPerLane>(p, tok, lane, id, w, local_ids, local_w);
     if (lane < p.top_k) atomicAdd(&counts[id], 1);
   }
   if (p.shared_expert && tid == 0) counts[p.experts] = p.tokens;
-  __syncthreads();  // RAW: counts (and the global topk written by other warps)
+  __syncthreads();  // RAW: counts and the routing kept in shared memory by other warps
   block_exclusive_scan(counts, groups, offsets, warp_sums);
   for (int i = tid; i <= groups; i += blockDim.x) p.expert_offsets[i] = offsets[i];
   for (int i = tid; i < groups; i += blockDim.x) counts[i] = 0;  // reuse as fill cursors
@@ -201,10 +231,10 @@ __global__ void __launch_bounds__(1024) route_permute_single_cta(const RoutingPa
   const int k = p.top_k, slots = k + (p.shared_expert ? 1 : 0);
   for (int pair = tid; pair < p.tokens * k; pair += blockDim.x) {
     const int tok = pair / k, slot = pair % k;
-    const int e = p.topk_ids[pair];
+    const int e = local_ids[pair];
     const int row = offsets[e] + atomicAdd(&counts[e], 1);
     p.row_token[row] = tok;
-    p.row_weight[row] = p.topk_weights[pair];
+    p.row_weight[row] = local_w[pair];
     p.pair_row[static_cast<int64_t>(tok) * slots + slot] = row;
   }
   if (p.shared_expert) {

@@ -58,7 +58,9 @@ inline RoutingParams routing_params_for(const MoeConfig& cfg, int64_t tokens) {
 
 // Largest supported expert count (one warp holds a token's scores, 32 per lane).
 inline constexpr int kMaxRoutedExperts = 1024;
-// Up to this many tokens one CTA routes and permutes in a single launch.
+// Up to this many tokens one CTA (a warp per token) routes and permutes in a single launch;
+// beyond, two launches of a grid-wide count and scatter cost less than a warp routing several
+// tokens in turn (H200: at T = 64 the single CTA takes 23 us, the two launches 13 us).
 inline constexpr int kSingleCtaRoutingTokens = 32;
 
 // Launches the routing and permutation (1 kernel for T <= kSingleCtaRoutingTokens, else two
