@@ -53,18 +53,19 @@ ResourceReport model_w4a16(const Tactic& t, const GpuSpec& gpu, DataType dtype, 
   r.builder_stage_bytes = r.stage_bytes;
   const int64_t prefix = round_up(4 * (o.experts + 1), 16);
   const int64_t sched = round_up(4 * (t.warps + 1), 16);
-  const int64_t epi = t.epilogue == Epilogue::kFinalize ? round_up(4 * (tokens + 1), 16) : 0;
-  r.kernel_bytes = prefix + sched;
+  const int64_t epi = 0;  // the finalize keeps nothing in shared memory (rows_out, grid barrier)
+  const int64_t barriers = 64;  // 8 mbarriers, the weight copies' (used on sm_90+, reserved on all)
+  r.kernel_bytes = barriers + prefix + sched;
   r.epilogue_bytes = epi;
   r.other_items = {
+      {"pipeline: 8 mbarriers of the bulk weight copies (sm_90+), 8 B each", barriers},
       {"scheduler: unit prefix, 4 B x (" + std::to_string(o.experts) + " groups + 1), 16-B aligned", prefix},
       {"scheduler: scan warp sums + stream-K flag, 4 B x (" + std::to_string(t.warps) + " + 1)", sched},
   };
-  if (epi) r.other_items.push_back({"finalize: completed-token list, 4 B x (" + std::to_string(tokens) + " + 1)", epi});
   if (t.stages == 0) {
     // Auto: as many stages as fit (at most 8) beside the fixed parts.
     r.stages_auto = true;
-    r.stages = static_cast<int>(std::min<int64_t>(8, (r.limit_bytes - prefix - sched - epi) / r.stage_bytes));
+    r.stages = static_cast<int>(std::min<int64_t>(8, (r.limit_bytes - barriers - prefix - sched - epi) / r.stage_bytes));
   } else {
     r.stages = t.stages;
   }
@@ -75,7 +76,7 @@ ResourceReport model_w4a16(const Tactic& t, const GpuSpec& gpu, DataType dtype, 
   if (r.stages < 2) {
     why << "a pipeline needs 2 stages; " << r.stages << " of " << r.stage_bytes << " B fit";
   } else {
-    why << r.stages << " x " << r.stage_bytes << " (stage) + " << r.kernel_bytes << " (scheduler) + "
+    why << r.stages << " x " << r.stage_bytes << " (stage) + " << r.kernel_bytes << " (barriers, scheduler) + "
         << r.epilogue_bytes << " (epilogue) = " << r.total_bytes << (r.fits ? " <= " : " > ")
         << r.limit_bytes << (r.fits ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B");
   }

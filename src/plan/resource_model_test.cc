@@ -98,11 +98,11 @@ TEST(ResourceModel, OurDecodeFamilyByteArithmetic) {
   const Tactic t{Family::kW4a16Mma, 128, 8, 256, 4, 8, 1, Epilogue::kFinalize, false};
   const ResourceReport r = model_resources(t, h200, DataType::kNvfp4);
   EXPECT_EQ(r.stage_bytes, 22528);
-  EXPECT_EQ(r.kernel_bytes, 1040 + 48);  // prefix 4 * 258 -> 1040, 4 * 9 -> 48
-  EXPECT_EQ(r.epilogue_bytes, 48);       // 4 * 9 -> 48
-  EXPECT_EQ(r.total_bytes, 4 * 22528 + 1088 + 48);
+  EXPECT_EQ(r.kernel_bytes, 64 + 1040 + 48);  // 8 mbarriers, prefix 4 * 258 -> 1040, 4 * 9 -> 48
+  EXPECT_EQ(r.epilogue_bytes, 0);             // the finalize goes through rows_out
+  EXPECT_EQ(r.total_bytes, 4 * 22528 + 1152);
   EXPECT_TRUE(r.fits);
-  EXPECT_EQ(r.ctas_per_sm, 2);  // 233472 / (91248 + 1024)
+  EXPECT_EQ(r.ctas_per_sm, 2);  // 233472 / (91264 + 1024)
   // The same tile on sm_120 (99 KB per block) fits once; 64 tokens x 3 stages does not.
   const GpuSpec pro = *find_known_gpu("rtx-pro-6000");
   EXPECT_TRUE(model_resources(t, pro, DataType::kNvfp4).fits);

@@ -1,6 +1,7 @@
 // GpuMoeLayer: device weights (prepacked), workspace, and the forward pass
 //   routing + permutation  ->  FC1 (gather, SwiGLU)  ->  FC2 (finalize)
-// as 3 launches (4 with the multi-CTA routing), none of which waits for the host.
+// as 3 to 6 launches (the multi-CTA routing is two, the prefill family gathers FC1's rows first,
+// the decode family finalizes in a launch of its own), none of which waits for the host.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/fragment_order.h"
 #include "kernels/gemm/w4a16_registry.h"
+#include "kernels/moe/finalize_slots.h"
 #include "kernels/moe/gather_rows.h"
 #include "kernels/moe/routing.cuh"
 #include "kernels/moe/weight_prep.h"
@@ -92,7 +94,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   // workspace
   int64_t cap_tokens_ = 0;
   DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, counts_,
-      cursors_, act_, partials_, unit_counters_, rows_out_, token_counters_, x_perm_, grid_barrier_,
+      cursors_, act_, partials_, unit_counters_, rows_out_, x_perm_, grid_barrier_,
       unit_tickets_;
   std::shared_ptr<const TuningCache> cache_;
   CacheIdentity identity_;
@@ -261,7 +263,6 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
       {&partials_, size_t(partial_floats * 4), false},
       {&unit_counters_, size_t(tiles_bound * row_blocks_bound * 4), true},
       {&rows_out_, size_t(P * H * 4), false},
-      {&token_counters_, size_t(tokens * ((fc2_.rowtiles() + 3) / 4) * 4), true},
       {&grid_barrier_, 8, true},
       {&unit_tickets_, 8, true},  // the prefill family's unit scheduler: FC1's, FC2's
       // the prefill family reads FC1's tokens gathered into permuted order (fragment order)
@@ -385,11 +386,14 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f2.pair_row = pair_row_.get<int>();
   f2.slots = slots_;
   f2.rows_out = rows_out_.get<float>();
-  f2.token_counters = token_counters_.get<int>();
   f2.grid_barrier = grid_barrier_.get<unsigned>();
   f2.unit_ticket = unit_tickets_.get<int>() + 1;
   f2.out = out;
   k2.launch(f2, grid_for(k2), k2.dynamic_smem_bytes(groups_), pdl, s);
+  // The decode family's finalize ends in a launch of its own; the prefill family's in FC2.
+  if (k2.tactic.family == Family::kW4a16Mma)
+    kernels::launch_finalize_slots(rows_out_.get<float>(), pair_row_.get<int>(), slots_, tokens, cfg_.hidden, out,
+                                   pdl, s);
   record(3);
 }
 

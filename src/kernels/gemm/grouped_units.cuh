@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/sm90_ptx.cuh"
 #include "kernels/gemm/w4a16_params.h"
 
 namespace fp4moe::kernels {
@@ -124,6 +126,32 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned ctas) {
   }
 }
 
+// Finalize, phase 2 (after a grid barrier, every weighted row in rows_out): out[token] = the
+// sum of its slots' rows, in slot order (bitwise reproducible), four rows per thread (rows is a
+// multiple of 16), spread over the whole grid.
+template <int kThreads>
+__device__ void finalize_sum_slots(const W4a16GemmParams& p) {
+  const int64_t quads = p.rows / 4;
+  const int64_t items = p.x_rows / p.slots * quads;
+  const int64_t stride = int64_t{gridDim.x} * kThreads;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < items; i += stride) {
+    const int64_t token = i / quads, row = (i - token * quads) * 4;
+    const int* pair = p.pair_row + token * p.slots;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < p.slots; ++s) {
+      const float* src = p.rows_out + static_cast<int64_t>(pair[s]) * p.rows + row;
+      const float4 v = ptx::ld_cg(reinterpret_cast<const float4*>(src));
+      sum.x += v.x;
+      sum.y += v.y;
+      sum.z += v.z;
+      sum.w += v.w;
+    }
+    const uint32_t lo = to_bf16_bits(sum.x) | (uint32_t{to_bf16_bits(sum.y)} << 16);
+    const uint32_t hi = to_bf16_bits(sum.z) | (uint32_t{to_bf16_bits(sum.w)} << 16);
+    *reinterpret_cast<uint2*>(p.out + token * p.rows + row) = make_uint2(lo, hi);
+  }
+}
+
 // Programmatic dependent launch (sm_90+): wait for the previous kernel's results; let the next
 // kernel's CTAs be scheduled. No-ops before sm_90.
 __device__ __forceinline__ void griddep_wait() {
@@ -134,6 +162,34 @@ __device__ __forceinline__ void griddep_wait() {
 __device__ __forceinline__ void griddep_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// The decode family's bulk weight copies (sm_90+; see sm80_w4a16_grouped_gemm.cuh). The
+// kernel calls them only where __CUDA_ARCH__ >= 900; elsewhere they compile to nothing.
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ptx::sm90::mbarrier_init(bar, arrivals);
+#endif
+}
+__device__ __forceinline__ void fence_mbarrier_init() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ptx::sm90::fence_mbarrier_init();
+#endif
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ptx::sm90::mbarrier_arrive_expect_tx(bar, bytes);
+#endif
+}
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ptx::sm90::mbarrier_wait(bar, parity);
+#endif
+}
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ptx::sm90::bulk_copy_g2s(dst, src, bytes, bar);
 #endif
 }
 

@@ -15,9 +15,15 @@
 // the partition, so the result is bitwise reproducible). The per-expert token counts live on
 // the device only: every CTA derives the unit prefix from expert_offsets in its prologue.
 //
-// Pipeline: kStages stages of one K group each, filled by cp.async, Marlin-style, and
-// continuous across unit boundaries: the loader runs kStages - 1 iterations ahead of the MMAs
-// over the CTA's whole range, so a unit's epilogue runs while the next unit's data arrives.
+// Pipeline: kStages stages of one K group each, continuous across unit boundaries: the loader
+// runs kStages - 1 iterations ahead of the MMAs over the CTA's whole range, so a unit's epilogue
+// runs while the next unit's data arrives. Tokens are gathered by cp.async (Marlin-style, every
+// thread a 16-byte piece, swizzled). The weights and scales of a stage are two contiguous runs
+// (prepack_layout.h): on sm_90+ one thread moves each with one bulk copy (cp.async.bulk,
+// completing on the stage's mbarrier); before sm_90, cp.async by every thread. Decode is bound
+// by instruction issue as much as by DRAM (the dequantization costs ~16 instructions per 32-bit
+// word of weights), and per-thread copies of the weights cost a quarter more instructions per
+// stage than the MMAs' dequantization leaves room for.
 //
 // Warps: kWarpsRow x kWarpsTok; warp (wr, wt) owns row tiles [wr * kRpw, ...) and token n8
 // tiles [wt * kNt, ...) of the CTA tile. Token tiles of 32 and 64 are split over 2 warps.
@@ -27,7 +33,8 @@
 //   [s*S + kWeightBytes,  + kRowTiles*256)   block scales:       [rowtile][lane][8 B]
 //   [s*S + kW + kS,       + kTokens*512)     tokens:             [token][256 K bf16], 16-byte
 //                                            units XOR-swizzled by (token & 7) within 128 B
-//   [kStages*S, ...)                         unit prefix per expert, scan warp sums, stream-K
+//   [kStages*S, + 64)                        the stages' mbarriers (8 B each; used on sm_90+)
+//   [kStages*S + 64, ...)                    unit prefix per expert, scan warp sums, stream-K
 //                                            flag, finalize token list (W4a16Traits)
 // No static shared memory.
 #pragma once
@@ -83,18 +90,17 @@ struct W4a16Traits {
   static_assert(kRowTiles * 16 <= kThreads, "one thread per 16-byte scale copy");
   static_assert(kStageBytes % 128 == 0, "stages stay 128-byte aligned");
   static_assert(kFrag % 4 == 0, "partials move as float4");
+  static_assert(kStages <= 8, "the mbarrier area holds 8 stages");
+  static constexpr int kBarrierBytes = 64;  // 8 mbarriers: the stages' weight copies (sm_90+)
 
   // Beyond the stages (all in the dynamic allocation; the kernel declares no static shared
-  // memory, so that the resource model can state its exact request):
-  //   scheduler: the unit prefix, 4 * (experts + 1) B, then the scan's warp sums and the
-  //              stream-K "last arrival" flag, 4 * (warps + 1) B;
-  //   finalize epilogue: the tokens a CTA completes and their count, 4 * (tokens + 1) B.
-  static constexpr int kEpilogueScratch = kT.epilogue == Epilogue::kFinalize ? 4 * (kTokens + 1) : 0;
+  // memory, so that the resource model can state its exact request): the mbarriers, then the
+  // scheduler's unit prefix, 4 * (experts + 1) B, the scan's warp sums and the stream-K "last
+  // arrival" flag, 4 * (warps + 1) B.
   static constexpr int prefix_bytes(int experts) { return ((4 * (experts + 1) + 15) / 16) * 16; }
   static constexpr int kSchedulerScratch = ((4 * (kWarps + 1) + 15) / 16) * 16;
   static constexpr int dynamic_smem_bytes(int experts) {
-    return kStages * kStageBytes + prefix_bytes(experts) + kSchedulerScratch +
-           ((kEpilogueScratch + 15) / 16) * 16;
+    return kStages * kStageBytes + kBarrierBytes + prefix_bytes(experts) + kSchedulerScratch;
   }
 };
 
@@ -107,16 +113,21 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
     w4a16_grouped_gemm_kernel(const W4a16GemmParams p) {
   constexpr Tactic kT = decode_tactic(kCode);
   using Tr = W4a16Traits<kT>;
-  constexpr int kRows = Tr::kRows, kTokens = Tr::kTokens, kStages = Tr::kStages;
+  constexpr int kTokens = Tr::kTokens, kStages = Tr::kStages;
   constexpr int kThreads = Tr::kThreads, kRowTiles = Tr::kRowTiles;
   constexpr int kRpw = Tr::kRpw, kNt = Tr::kNt, kWarpsRow = Tr::kWarpsRow;
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kBulk = true;  // weights and scales by the bulk copy engine
+#else
+  constexpr bool kBulk = false;
+#endif
   extern __shared__ __align__(128) uint8_t smem[];
-  int* prefix = reinterpret_cast<int*>(smem + kStages * Tr::kStageBytes);
-  int* warp_sums = reinterpret_cast<int*>(smem + kStages * Tr::kStageBytes + Tr::prefix_bytes(p.num_experts));
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Tr::kStageBytes);  // weights landed
+  int* prefix = reinterpret_cast<int*>(smem + kStages * Tr::kStageBytes + Tr::kBarrierBytes);
+  int* warp_sums = reinterpret_cast<int*>(smem + kStages * Tr::kStageBytes + Tr::kBarrierBytes +
+                                          Tr::prefix_bytes(p.num_experts));
   int& unit_last = warp_sums[kT.warps];  // stream-K: this CTA completes the unit
-  int* finished_token = warp_sums + Tr::kSchedulerScratch / 4;  // finalize: tokens this CTA completes
-  int& finished_count = finished_token[kTokens];                // ... and how many
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;  // MMA fragment coordinates
@@ -126,6 +137,12 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
   const int64_t expert_sbytes = static_cast<int64_t>(p.rowtiles) * p.kgroups * 256;
   const int rows_pad = p.rowtiles * 16;
 
+  if constexpr (kBulk) {
+    if (tid == 0) {
+      for (int s = 0; s < kStages; ++s) w4a16::mbarrier_init(&full[s], 1);
+      w4a16::fence_mbarrier_init();
+    }  // visible to all threads after unit_prefix's barriers
+  }
   w4a16::griddep_wait();  // the routing (and FC1's act) are complete and visible
   w4a16::unit_prefix<kThreads>(prefix, p.expert_offsets, p.num_experts, kTokens, row_blocks,
                                warp_sums);
@@ -163,9 +180,17 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
   bool s_valid = false;
   const uint16_t* t_src[kTCopies];  // token row + this thread's 8 elements, at K group 0
   uint32_t t_valid = 0;
+  uint32_t bulk_rowtiles = 0;  // sm_90+: the unit's row tiles inside the matrix (a prefix of the block)
   const int64_t w_kg_stride = static_cast<int64_t>(p.rowtiles) * 2048;
   const int64_t s_kg_stride = static_cast<int64_t>(p.rowtiles) * 256;
   auto enter_unit = [&](const w4a16::Unit& uu) {
+    if constexpr (kBulk) {
+      // One run per stage: the block's row tiles at K group kg. Row tiles past the matrix are
+      // not copied; the MMAs read stale bytes there, whose output rows are never stored.
+      w_src = p.weights + uu.e * expert_wbytes + static_cast<int64_t>(uu.rb) * kRowTiles * 2048;
+      s_src = p.scales + uu.e * expert_sbytes + static_cast<int64_t>(uu.rb) * kRowTiles * 256;
+      bulk_rowtiles = static_cast<uint32_t>(min(kRowTiles, p.rowtiles - uu.rb * kRowTiles));
+    } else {
     const int grt0 = uu.rb * kRowTiles + w_rt0;
     w_src = p.weights + uu.e * expert_wbytes + static_cast<int64_t>(grt0) * 2048 + w_within * 16;
     w_valid = 0;
@@ -174,6 +199,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
     const int srt = uu.rb * kRowTiles + (tid >> 4);
     s_valid = tid < kRowTiles * 16 && srt < p.rowtiles;
     s_src = p.scales + uu.e * expert_sbytes + static_cast<int64_t>(s_valid ? srt : 0) * 256 + (tid & 15) * 16;
+    }
     t_valid = 0;
 #pragma unroll
     for (int i = 0; i < kTCopies; ++i) {
@@ -192,17 +218,25 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
         lu_index = l_unit;
       }
       uint8_t* st = smem + slot * Tr::kStageBytes;
-      // Weights: kRowTiles x 2048 B, contiguous per row tile; rows past the matrix: zeros.
-      const uint8_t* wk = w_src + kg * w_kg_stride;
+      if constexpr (kBulk) {
+        if (tid == 0) {
+          w4a16::mbarrier_arrive_expect_tx(&full[slot], bulk_rowtiles * (2048 + 256));
+          w4a16::bulk_copy_g2s(st, w_src + kg * w_kg_stride, bulk_rowtiles * 2048, &full[slot]);
+          w4a16::bulk_copy_g2s(st + Tr::kWeightBytes, s_src + kg * s_kg_stride, bulk_rowtiles * 256, &full[slot]);
+        }
+      } else {
+        // Weights: kRowTiles x 2048 B, contiguous per row tile; rows past the matrix: zeros.
+        const uint8_t* wk = w_src + kg * w_kg_stride;
 #pragma unroll
-      for (int i = 0; i < kWCopies; ++i) {
-        const bool v = (w_valid >> i) & 1u;
-        ptx::cp_async_16(st + (w_rt0 + i * kWStep) * 2048 + w_within * 16,
-                         v ? wk + i * kWStep * 2048 : p.weights, v);
+        for (int i = 0; i < kWCopies; ++i) {
+          const bool v = (w_valid >> i) & 1u;
+          ptx::cp_async_16(st + (w_rt0 + i * kWStep) * 2048 + w_within * 16,
+                           v ? wk + i * kWStep * 2048 : p.weights, v);
+        }
+        // Scales: kRowTiles x 256 B, one 16-byte copy per thread of the first kRowTiles * 16.
+        if (tid < kRowTiles * 16)
+          ptx::cp_async_16(st + Tr::kWeightBytes + tid * 16, s_src + kg * s_kg_stride, s_valid);
       }
-      // Scales: kRowTiles x 256 B, one 16-byte copy per thread of the first kRowTiles * 16.
-      if (tid < kRowTiles * 16)
-        ptx::cp_async_16(st + Tr::kWeightBytes + tid * 16, s_src + kg * s_kg_stride, s_valid);
       // Tokens: kTokens rows x 32 units of 16 B (8 bf16), swizzled by (token & 7); past the
       // expert's tokens or past K: zeros.
       uint8_t* tok = st + Tr::kWeightBytes + Tr::kScaleBytes;
@@ -248,8 +282,15 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
   int c_unit = first_unit, c_kg = first_kg;  // the iteration being computed
   bool seg_from_unit_start = first_kg == 0;  // this CTA holds the current unit from its start
   int slot = 0;                              // stage slot of the iteration being computed
+  uint32_t phase = 0;                        // sm_90+: bit s = parity of stage s's next completion
   for (int64_t left = iterations; left > 0; --left) {
     ptx::cp_async_wait<kStages - 2>();  // this thread's copies of this iteration have landed
+    if constexpr (kBulk) {
+      // ... and the stage's weights: one warp waits on the mbarrier (the others would spin,
+      // taking issue slots from the MMAs); the barrier below passes the acquire on to all.
+      if (warp == 0) w4a16::mbarrier_wait(&full[slot], (phase >> slot) & 1u);
+      phase ^= 1u << slot;
+    }
     __syncthreads();  // RAW: all threads' copies of it; WAR: the slot refilled next is consumed
     load_next(slot == 0 ? kStages - 1 : slot - 1);  // the slot consumed one iteration ago
 
@@ -406,8 +447,11 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
               p.raw_out[static_cast<int64_t>(cu.tok0 + n) * rows_pad + row] = acc[r][j][i] * ka;
           }
     } else {
-      // Finalize: weighted rows to rows_out[permuted row][row]; then arrivals per (token, row
-      // block): the CTA that completes a token sums its slots in slot order.
+      // Finalize, phase 1: weighted rows to rows_out[permuted row][row]; phase 2, the sum of
+      // each token's slots, is the next launch (kernels/moe/finalize_slots.h). Counting arrivals
+      // per (token, row block) after every unit here instead, the CTA completing a token summing
+      // it, cost 3 CTA barriers, a fence and an atomic round trip per unit: FC2 took 287 / 618 /
+      // 931 us at T = 16 / 64 / 256 (glm5, H200) against 247 / 540 / 733 us in two phases.
 #pragma unroll
       for (int r = 0; r < kRpw; ++r)
 #pragma unroll
@@ -421,33 +465,6 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
               p.rows_out[static_cast<int64_t>(pr) * p.rows + row] = acc[r][j][i] * ka * p.row_weight[pr];
             }
           }
-      __syncthreads();  // every thread's rows are written (CTA scope) ...
-      if (tid == 0) finished_count = 0;
-      __syncthreads();
-      for (int n = tid; n < cu.ntok; n += kThreads) {
-        const int token = p.row_token[cu.tok0 + n];
-        int* counter = p.token_counters + static_cast<int64_t>(token) * row_blocks + cu.rb;
-        __threadfence();  // ... and released before this token's arrival is counted
-        if (atomicAdd(counter, 1) == p.slots - 1) {
-          *counter = 0;     // ready for the next launch
-          __threadfence();  // acquire: the other arrivals' rows, before the barrier below
-          finished_token[atomicAdd(&finished_count, 1)] = token;
-        }
-      }
-      __syncthreads();
-      // The completed tokens' rows of this block, one (token, row) per thread: every thread
-      // busy and the slot loads of different rows in flight together.
-      const int rows_here = min(kRows, p.rows - cu.rb * kRows);
-      for (int idx = tid; idx < finished_count * rows_here; idx += kThreads) {
-        const int token = finished_token[idx / rows_here];
-        const int row = cu.rb * kRows + idx % rows_here;
-        const int* pair = p.pair_row + static_cast<int64_t>(token) * p.slots;
-        float sum = 0.0f;
-        for (int slot = 0; slot < p.slots; ++slot)  // slot order: bitwise reproducible
-          sum += ptx::ld_cg(p.rows_out + static_cast<int64_t>(pair[slot]) * p.rows + row);
-        p.out[static_cast<int64_t>(token) * p.rows + row] = w4a16::to_bf16_bits(sum);
-      }
-      __syncthreads();  // WAR: finished_token is rewritten by the next unit's epilogue
     }
     zero_acc();
   }

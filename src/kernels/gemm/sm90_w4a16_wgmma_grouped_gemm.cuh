@@ -363,25 +363,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
     __syncthreads();  // this CTA's rows (CTA scope), before thread 0 releases them GPU-wide
     if (tid == 0) w4a16::grid_barrier(p.grid_barrier, gridDim.x);
     __syncthreads();
-    const int64_t quads = p.rows / 4;  // rows is a multiple of 16
-    const int64_t items = p.x_rows / p.slots * quads;
-    const int64_t stride = int64_t{gridDim.x} * Tr::kThreads;
-    for (int64_t i = blockIdx.x * int64_t{Tr::kThreads} + tid; i < items; i += stride) {
-      const int64_t token = i / quads, row = (i - token * quads) * 4;
-      const int* pair = p.pair_row + token * p.slots;
-      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int s = 0; s < p.slots; ++s) {  // slot order: bitwise reproducible
-        const float* src = p.rows_out + static_cast<int64_t>(pair[s]) * p.rows + row;
-        const float4 v = ptx::ld_cg(reinterpret_cast<const float4*>(src));
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
-      }
-      const uint32_t lo = w4a16::to_bf16_bits(sum.x) | (uint32_t{w4a16::to_bf16_bits(sum.y)} << 16);
-      const uint32_t hi = w4a16::to_bf16_bits(sum.z) | (uint32_t{w4a16::to_bf16_bits(sum.w)} << 16);
-      *reinterpret_cast<uint2*>(p.out + token * p.rows + row) = make_uint2(lo, hi);
-    }
+    w4a16::finalize_sum_slots<Tr::kThreads>(p);
   }
 #else
   // Built for another architecture: the registry never launches this kernel there.

@@ -49,8 +49,10 @@ struct W4a16GemmParams {
   const int* pair_row = nullptr;       // [token][slot] -> permuted row
   int slots = 0;                       // slots per token (top-k, +1 with a shared expert)
   float* rows_out = nullptr;           // weighted rows [permuted row][rows] fp32
-  int* token_counters = nullptr;       // arrivals per (token, row block) (zero between launches)
-  unsigned* grid_barrier = nullptr;    // prefill family: [count, generation], count zero between launches
+  // prefill family: [count, generation] of the barrier between the finalize's phase 1 (weighted
+  // rows) and phase 2 (slot sums), count zero between launches; the decode family leaves phase 2
+  // to the next launch (kernels/moe/finalize_slots.h)
+  unsigned* grid_barrier = nullptr;
   int* unit_ticket = nullptr;          // prefill family: the unit scheduler's counter (zero between launches)
   uint16_t* out = nullptr;             // [token][rows] bf16
 };
