@@ -375,6 +375,7 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f2.k = static_cast<int>(cfg_.intermediate);
   f2.num_experts = groups_;
   f2.expert_offsets = offsets_.get<int>();
+  f2.offsets_ready = true;  // written by the routing, which FC1 waited for
   f2.x = act_.get<uint16_t>();
   f2.x_stride = act_stride;
   f2.x_rows = tokens * slots_;

@@ -51,6 +51,11 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
       "l"(src), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
 }
+// cp.async.bulk.prefetch.L2: `bytes` (a multiple of 16, 16-byte aligned) into L2; no completion
+// mechanism, a hint that a later load will hit.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
 // cp.async.bulk.tensor.3d: the box of `map` at (c0 = innermost, c1, c2) into dst.
 __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, uint64_t* bar) {
   asm volatile(

@@ -193,6 +193,13 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
 #endif
 }
 
+// cp.async.bulk.prefetch.L2: `bytes` (a multiple of 16, 16-byte aligned) towards L2, no completion.
+__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  ptx::sm90::bulk_prefetch_l2(src, bytes);
+#endif
+}
+
 }  // namespace w4a16
 
 }  // namespace fp4moe::kernels

@@ -143,7 +143,10 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
       w4a16::fence_mbarrier_init();
     }  // visible to all threads after unit_prefix's barriers
   }
-  w4a16::griddep_wait();  // the routing (and FC1's act) are complete and visible
+  // FC1 waits for the routing here. FC2 (offsets_ready) needs only FC1's act: the routing
+  // finished before FC1 began, so its prologue and an L2 prefetch of its first weights run
+  // while FC1 ends, and it waits below.
+  if (!p.offsets_ready) w4a16::griddep_wait();
   w4a16::unit_prefix<kThreads>(prefix, p.expert_offsets, p.num_experts, kTokens, row_blocks,
                                warp_sums);
   w4a16::griddep_launch_dependents();
@@ -158,6 +161,24 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
   const int first_unit = static_cast<int>(it_begin / KG);
   const int first_kg = static_cast<int>(it_begin % KG);
   const int64_t iterations = it_end - it_begin;
+  if (p.offsets_ready) {
+    if (kBulk && tid == 0) {
+      // The weights and scales of the first kStages - 1 iterations into L2 (cp.async.bulk.prefetch).
+      int u = first_unit, kg = first_kg;
+      for (int64_t i = 0; i < min(static_cast<int64_t>(kStages - 1), iterations); ++i) {
+        const w4a16::Unit uu = w4a16::decode_unit(p, prefix, u, kTokens);
+        const uint32_t rts = static_cast<uint32_t>(min(kRowTiles, p.rowtiles - uu.rb * kRowTiles));
+        const int64_t blk = static_cast<int64_t>(kg) * p.rowtiles + static_cast<int64_t>(uu.rb) * kRowTiles;
+        w4a16::prefetch_l2(p.weights + uu.e * expert_wbytes + blk * 2048, rts * 2048);
+        w4a16::prefetch_l2(p.scales + uu.e * expert_sbytes + blk * 256, rts * 256);
+        if (++kg == KG) {
+          kg = 0;
+          ++u;
+        }
+      }
+    }
+    w4a16::griddep_wait();  // FC1's act is complete and visible
+  }
 
   // ---- loader: the next (unit, K group) of this CTA's range into a stage slot -------------
   // Incremental counters: no 64-bit division in the loop.
@@ -393,21 +414,37 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
         continue;  // uniform across the CTA
       }
       zero_acc();
-      for (int c = c_first; c <= c_last; ++c) {  // fixed order: bitwise reproducible
-        const int first_of_c = static_cast<int>(w4a16::range_begin(c, W, G) / KG);
-        const float4* src = reinterpret_cast<const float4*>(
-            p.partials + (static_cast<int64_t>(2 * c + (u == first_of_c ? 0 : 1)) * Tr::kTileFloats +
-                          tid * Tr::kFrag));
+      // The partials in CTA order (bitwise reproducible), kBatch CTAs' loads in flight at once:
+      // one at a time, a unit cut over 7 CTAs (glm5-tp8, T = 1) waited 7 L2 round trips.
+      constexpr int kQuads = kRpw * kNt;  // float4 per thread per partial
+      constexpr int kBatch = kQuads <= 2 ? 4 : kQuads <= 4 ? 2 : 1;
+      for (int c0 = c_first; c0 <= c_last; c0 += kBatch) {
+        float4 v[kBatch][kQuads];
 #pragma unroll
-        for (int r = 0; r < kRpw; ++r)
+        for (int q = 0; q < kBatch; ++q) {
+          const int c = c0 + q;
+          if (c > c_last) break;
+          const int first_of_c = static_cast<int>(w4a16::range_begin(c, W, G) / KG);
+          const float4* src = reinterpret_cast<const float4*>(
+              p.partials + (static_cast<int64_t>(2 * c + (u == first_of_c ? 0 : 1)) * Tr::kTileFloats +
+                            tid * Tr::kFrag));
 #pragma unroll
-          for (int j = 0; j < kNt; ++j) {
-            const float4 v = ptx::ld_cg(src + r * kNt + j);
-            acc[r][j][0] += v.x;
-            acc[r][j][1] += v.y;
-            acc[r][j][2] += v.z;
-            acc[r][j][3] += v.w;
-          }
+          for (int i = 0; i < kQuads; ++i) v[q][i] = ptx::ld_cg(src + i);
+        }
+#pragma unroll
+        for (int q = 0; q < kBatch; ++q) {
+          if (c0 + q > c_last) break;
+#pragma unroll
+          for (int r = 0; r < kRpw; ++r)
+#pragma unroll
+            for (int j = 0; j < kNt; ++j) {
+              const float4 x = v[q][r * kNt + j];
+              acc[r][j][0] += x.x;
+              acc[r][j][1] += x.y;
+              acc[r][j][2] += x.z;
+              acc[r][j][3] += x.w;
+            }
+        }
       }
     }
 

@@ -21,6 +21,10 @@ struct W4a16GemmParams {
   // ---- grouping: permuted rows [offsets[e], offsets[e+1]) belong to expert e ---------------
   int num_experts = 0;               // groups, the shared expert included
   const int* expert_offsets = nullptr;  // [num_experts + 1], on the device
+  // The offsets are complete when the kernel starts (FC2 after FC1: only x is produced by the
+  // launch this one follows); the decode family then runs its prologue before
+  // griddepcontrol.wait
+  bool offsets_ready = false;
   // ---- B operand: bf16 rows of K elements --------------------------------------------------
   // The decode family reads them in natural order; the prefill family in fragment order
   // (kernels/common/fragment_order.h), rows padded to fragment_order_pitch(k).
