@@ -14,7 +14,8 @@ namespace {
 // and 4 warps, except 8 warps while almost no expert holds a token (mean < 0.1: FC1 1-2% faster
 // at T = 1, 2) and for the 64-token tile, and 64 rows for FC2's 8-token tile (FC2 has a quarter
 // of FC1's K groups: smaller units balance better; up to 4.6% faster). 4 stages up to 16 tokens
-// per tile, 3 beyond (what fits two CTAs per SM where possible).
+// per tile, 3 beyond (what fits two CTAs per SM where possible); heuristic_tactic takes 3 for
+// the 8-token tiles where that adds a CTA per SM.
 Tactic decode_tactic(int tokens, double mean, Epilogue ep) {
   const int rows = ep == Epilogue::kFinalize && tokens == 8 ? 64 : 128;
   const int stages = tokens <= 16 ? 4 : 3;
@@ -49,7 +50,16 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
     if (fits(prefill)) return prefill;
   }
   const Tactic preferred = decode_tactic(heuristic_token_tile(cfg, tokens), mean, ep);
-  if (fits(preferred)) return preferred;
+  if (fits(preferred)) {
+    // The 8-token tiles are bound by issuing the dequantization as much as by DRAM: one stage
+    // fewer, where that lets one more CTA (more warps) onto an SM, measured 2-6% faster on the
+    // H200 at T = 1..64 (m128n8 2 -> 3 CTAs, FC2's m64n8 4 -> 5; docs/HEURISTIC.md).
+    Tactic shallow = preferred;
+    shallow.stages = 3;
+    const auto ctas = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).ctas_per_sm; };
+    if (preferred.tile_tokens == 8 && fits(shallow) && ctas(shallow) > ctas(preferred)) return shallow;
+    return preferred;
+  }
   // A GPU with less shared memory per block (sm_120: 99 KB) cannot hold the larger tiles. Take
   // the compiled tactic that fits with the largest token tile not above the preferred one, then
   // the most weight rows, then the most warps: the closest smaller shape, never a silent failure.

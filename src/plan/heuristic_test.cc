@@ -28,10 +28,10 @@ TEST(Heuristic, PlansOnTheH200) {
   const MoeConfig glm5 = MoeConfig::glm5();
   const auto fc2 = [&](int64_t t) { return format_tactic(heuristic_plan(glm5, t, resolve_gpu("h200")).fc2); };
   // The tuner's winners at these buckets (docs/measurements/h200_glm5_tune.json).
-  EXPECT_EQ(fc1(glm5, 1, "h200"), "w4a16_mma:m128n8k256:s4:w8:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 4, "h200"), "w4a16_mma:m128n8k256:s4:w4:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 128, "h200"), "w4a16_mma:m128n8k256:s4:w4:sk1:swiglu");
-  EXPECT_EQ(fc2(128), "w4a16_mma:m64n8k256:s4:w4:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 1, "h200"), "w4a16_mma:m128n8k256:s3:w8:sk1:swiglu");  // 3 stages: 3 CTAs/SM
+  EXPECT_EQ(fc1(glm5, 4, "h200"), "w4a16_mma:m128n8k256:s3:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 128, "h200"), "w4a16_mma:m128n8k256:s3:w4:sk1:swiglu");
+  EXPECT_EQ(fc2(128), "w4a16_mma:m64n8k256:s3:w4:sk1:finalize");  // 5 CTAs/SM, not 4
   EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m128n16k256:s4:w4:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_mma:m128n16k256:s4:w4:sk1:swiglu");
   EXPECT_EQ(fc2(512), "w4a16_mma:m128n16k256:s4:w4:sk1:finalize");
@@ -55,7 +55,9 @@ TEST(Heuristic, FallsBackToWhatFitsOnSm120) {
   // 99 KB per block: the 128 x 16, 128 x 32 and 128 x 64 tiles need more (105-155 KB), so the
   // largest fitting token tile not above the rule's is taken, never a tactic that cannot launch.
   const MoeConfig glm5 = MoeConfig::glm5();
-  EXPECT_EQ(fc1(glm5, 1, "rtx-pro-6000"), "w4a16_mma:m128n8k256:s4:w8:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 1, "rtx-pro-6000"), "w4a16_mma:m128n8k256:s4:w8:sk1:swiglu");  // s3: still 1 CTA/SM
+  EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1, resolve_gpu("rtx-pro-6000")).fc2),
+            "w4a16_mma:m64n8k256:s3:w4:sk1:finalize");  // 2 CTAs/SM instead of 1
   EXPECT_EQ(fc1(glm5, 256, "rtx-pro-6000"), "w4a16_mma:m64n16k256:s4:w4:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 4096, "rtx-pro-6000"), "w4a16_mma:m64n16k256:s4:w4:sk1:swiglu");
 }
