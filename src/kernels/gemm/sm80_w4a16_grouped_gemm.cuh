@@ -35,7 +35,7 @@
 //                                            units XOR-swizzled by (token & 7) within 128 B
 //   [kStages*S, + 64)                        the stages' mbarriers (8 B each; used on sm_90+)
 //   [kStages*S + 64, ...)                    unit prefix per expert, scan warp sums, stream-K
-//                                            flag, finalize token list (W4a16Traits)
+//                                            flag (W4a16Traits)
 // No static shared memory.
 #pragma once
 
