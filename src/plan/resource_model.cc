@@ -53,10 +53,9 @@ ResourceReport model_w4a16(const Tactic& t, const GpuSpec& gpu, DataType dtype, 
   r.builder_stage_bytes = r.stage_bytes;
   const int64_t prefix = round_up(4 * (o.experts + 1), 16);
   const int64_t sched = round_up(4 * (t.warps + 1), 16);
-  const int64_t epi = 0;  // the finalize keeps nothing in shared memory (rows_out, grid barrier)
   const int64_t barriers = 64;  // 8 mbarriers, the weight copies' (used on sm_90+, reserved on all)
   r.kernel_bytes = barriers + prefix + sched;
-  r.epilogue_bytes = epi;
+  r.epilogue_bytes = 0;  // the finalize keeps nothing in shared memory (rows_out, finalize_slots)
   r.other_items = {
       {"pipeline: 8 mbarriers of the bulk weight copies (sm_90+), 8 B each", barriers},
       {"scheduler: unit prefix, 4 B x (" + std::to_string(o.experts) + " groups + 1), 16-B aligned", prefix},
@@ -65,7 +64,7 @@ ResourceReport model_w4a16(const Tactic& t, const GpuSpec& gpu, DataType dtype, 
   if (t.stages == 0) {
     // Auto: as many stages as fit (at most 8) beside the fixed parts.
     r.stages_auto = true;
-    r.stages = static_cast<int>(std::min<int64_t>(8, (r.limit_bytes - barriers - prefix - sched - epi) / r.stage_bytes));
+    r.stages = static_cast<int>(std::min<int64_t>(8, (r.limit_bytes - barriers - prefix - sched) / r.stage_bytes));
   } else {
     r.stages = t.stages;
   }

@@ -161,16 +161,29 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
   const int first_unit = static_cast<int>(it_begin / KG);
   const int first_kg = static_cast<int>(it_begin % KG);
   const int64_t iterations = it_end - it_begin;
+  // sm_90+: a unit's weights (scales) at K group kg are one run of 2048 (256) B per row tile,
+  // from block_weights(uu) + kg * w_kg_stride (block_scales, s_kg_stride); row tiles past the
+  // matrix are left out of the run.
+  const int64_t w_kg_stride = static_cast<int64_t>(p.rowtiles) * 2048;
+  const int64_t s_kg_stride = static_cast<int64_t>(p.rowtiles) * 256;
+  auto block_weights = [&](const w4a16::Unit& uu) {
+    return p.weights + uu.e * expert_wbytes + static_cast<int64_t>(uu.rb) * kRowTiles * 2048;
+  };
+  auto block_scales = [&](const w4a16::Unit& uu) {
+    return p.scales + uu.e * expert_sbytes + static_cast<int64_t>(uu.rb) * kRowTiles * 256;
+  };
+  auto block_rowtiles = [&](const w4a16::Unit& uu) {
+    return static_cast<uint32_t>(min(kRowTiles, p.rowtiles - uu.rb * kRowTiles));
+  };
   if (p.offsets_ready) {
     if (kBulk && tid == 0) {
       // The weights and scales of the first kStages - 1 iterations into L2 (cp.async.bulk.prefetch).
       int u = first_unit, kg = first_kg;
       for (int64_t i = 0; i < min(static_cast<int64_t>(kStages - 1), iterations); ++i) {
         const w4a16::Unit uu = w4a16::decode_unit(p, prefix, u, kTokens);
-        const uint32_t rts = static_cast<uint32_t>(min(kRowTiles, p.rowtiles - uu.rb * kRowTiles));
-        const int64_t blk = static_cast<int64_t>(kg) * p.rowtiles + static_cast<int64_t>(uu.rb) * kRowTiles;
-        w4a16::prefetch_l2(p.weights + uu.e * expert_wbytes + blk * 2048, rts * 2048);
-        w4a16::prefetch_l2(p.scales + uu.e * expert_sbytes + blk * 256, rts * 256);
+        const uint32_t rts = block_rowtiles(uu);
+        w4a16::prefetch_l2(block_weights(uu) + kg * w_kg_stride, rts * 2048);
+        w4a16::prefetch_l2(block_scales(uu) + kg * s_kg_stride, rts * 256);
         if (++kg == KG) {
           kg = 0;
           ++u;
@@ -202,24 +215,22 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
   const uint16_t* t_src[kTCopies];  // token row + this thread's 8 elements, at K group 0
   uint32_t t_valid = 0;
   uint32_t bulk_rowtiles = 0;  // sm_90+: the unit's row tiles inside the matrix (a prefix of the block)
-  const int64_t w_kg_stride = static_cast<int64_t>(p.rowtiles) * 2048;
-  const int64_t s_kg_stride = static_cast<int64_t>(p.rowtiles) * 256;
   auto enter_unit = [&](const w4a16::Unit& uu) {
     if constexpr (kBulk) {
-      // One run per stage: the block's row tiles at K group kg. Row tiles past the matrix are
-      // not copied; the MMAs read stale bytes there, whose output rows are never stored.
-      w_src = p.weights + uu.e * expert_wbytes + static_cast<int64_t>(uu.rb) * kRowTiles * 2048;
-      s_src = p.scales + uu.e * expert_sbytes + static_cast<int64_t>(uu.rb) * kRowTiles * 256;
-      bulk_rowtiles = static_cast<uint32_t>(min(kRowTiles, p.rowtiles - uu.rb * kRowTiles));
+      // One run per stage. Row tiles past the matrix are not copied; the MMAs read stale bytes
+      // there, whose output rows are never stored.
+      w_src = block_weights(uu);
+      s_src = block_scales(uu);
+      bulk_rowtiles = block_rowtiles(uu);
     } else {
-    const int grt0 = uu.rb * kRowTiles + w_rt0;
-    w_src = p.weights + uu.e * expert_wbytes + static_cast<int64_t>(grt0) * 2048 + w_within * 16;
-    w_valid = 0;
+      const int grt0 = uu.rb * kRowTiles + w_rt0;
+      w_src = p.weights + uu.e * expert_wbytes + static_cast<int64_t>(grt0) * 2048 + w_within * 16;
+      w_valid = 0;
 #pragma unroll
-    for (int i = 0; i < kWCopies; ++i) w_valid |= (grt0 + i * kWStep < p.rowtiles ? 1u : 0u) << i;
-    const int srt = uu.rb * kRowTiles + (tid >> 4);
-    s_valid = tid < kRowTiles * 16 && srt < p.rowtiles;
-    s_src = p.scales + uu.e * expert_sbytes + static_cast<int64_t>(s_valid ? srt : 0) * 256 + (tid & 15) * 16;
+      for (int i = 0; i < kWCopies; ++i) w_valid |= (grt0 + i * kWStep < p.rowtiles ? 1u : 0u) << i;
+      const int srt = uu.rb * kRowTiles + (tid >> 4);
+      s_valid = tid < kRowTiles * 16 && srt < p.rowtiles;
+      s_src = p.scales + uu.e * expert_sbytes + static_cast<int64_t>(s_valid ? srt : 0) * 256 + (tid & 15) * 16;
     }
     t_valid = 0;
 #pragma unroll
