@@ -178,15 +178,17 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
   if (p.offsets_ready) {
     if (kBulk && tid == 0) {
       // The weights and scales of the first kStages - 1 iterations into L2 (cp.async.bulk.prefetch).
-      int u = first_unit, kg = first_kg;
+      w4a16::UnitCursor<kTokens> pc;
+      pc.seek(p, prefix, first_unit);
+      int kg = first_kg;
       for (int64_t i = 0; i < min(static_cast<int64_t>(kStages - 1), iterations); ++i) {
-        const w4a16::Unit uu = w4a16::decode_unit(p, prefix, u, kTokens);
+        const w4a16::Unit uu = pc.unit();
         const uint32_t rts = block_rowtiles(uu);
         w4a16::prefetch_l2(block_weights(uu) + kg * w_kg_stride, rts * 2048);
         w4a16::prefetch_l2(block_scales(uu) + kg * s_kg_stride, rts * 256);
         if (++kg == KG) {
           kg = 0;
-          ++u;
+          pc.next(p, prefix);
         }
       }
     }
@@ -195,9 +197,11 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
 
   // ---- loader: the next (unit, K group) of this CTA's range into a stage slot -------------
   // Incremental counters: no 64-bit division in the loop.
-  int l_unit = first_unit, l_kg = first_kg;
+  w4a16::UnitCursor<kTokens> lcur;  // the unit being loaded
+  lcur.seek(p, prefix, first_unit);
+  int l_kg = first_kg;
   int64_t l_left = iterations;
-  int lu_index = -1;
+  bool l_entered = false;  // enter_unit has run for lcur's unit
   // Per-thread copy assignments (fixed for the whole kernel): weight copy i moves 16 bytes of
   // row tile (tid >> 7) + i * kWStep, token copy i 16 bytes of token (tid >> 5) + i * kTStep.
   constexpr int kWCopies = kRowTiles * 128 / kThreads, kWStep = kThreads / 128;
@@ -212,8 +216,18 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
   uint32_t w_valid = 0;            // bit i: copy i's row tile exists
   const uint8_t* s_src = nullptr;
   bool s_valid = false;
-  const uint16_t* t_src[kTCopies];  // token row + this thread's 8 elements, at K group 0
+  // Token copy i: its source (token row + this thread's 8 elements, at the K group loaded next;
+  // advanced by one K group per stage; row 0 for tokens past the unit's, which copy nothing) and
+  // its destination in a stage, fixed: the swizzled unit (t_unit & ~7) | ((t_unit ^ n) & 7).
+  const uint16_t* t_src[kTCopies];
   uint32_t t_valid = 0;
+  uint32_t t_dst[kTCopies];
+#pragma unroll
+  for (int i = 0; i < kTCopies; ++i) {
+    const int n = t_n0 + i * kTStep;
+    t_dst[i] = Tr::kWeightBytes + Tr::kScaleBytes + n * 512 + ((t_unit & ~7) | ((t_unit ^ n) & 7)) * 16;
+  }
+  const bool k_tail = p.k % 256 != 0;  // the last K group is partial: its columns past K copy nothing
   uint32_t bulk_rowtiles = 0;  // sm_90+: the unit's row tiles inside the matrix (a prefix of the block)
   auto enter_unit = [&](const w4a16::Unit& uu) {
     if constexpr (kBulk) {
@@ -238,16 +252,16 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
       const int n = t_n0 + i * kTStep;
       const bool v = n < uu.ntok;
       const int64_t xr = !v ? 0 : p.gather ? __ldg(p.gather + uu.tok0 + n) : uu.tok0 + n;
-      t_src[i] = p.x + xr * p.x_stride + t_unit * 8;
+      t_src[i] = p.x + xr * p.x_stride + l_kg * 256 + t_unit * 8;
       t_valid |= (v ? 1u : 0u) << i;
     }
   };
   auto load_next = [&](int slot) {
     if (l_left > 0) {
       const int kg = l_kg;
-      if (l_unit != lu_index) {
-        enter_unit(w4a16::decode_unit(p, prefix, l_unit, kTokens));
-        lu_index = l_unit;
+      if (!l_entered) {
+        enter_unit(lcur.unit());
+        l_entered = true;
       }
       uint8_t* st = smem + slot * Tr::kStageBytes;
       if constexpr (kBulk) {
@@ -270,20 +284,19 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
           ptx::cp_async_16(st + Tr::kWeightBytes + tid * 16, s_src + kg * s_kg_stride, s_valid);
       }
       // Tokens: kTokens rows x 32 units of 16 B (8 bf16), swizzled by (token & 7); past the
-      // expert's tokens or past K: zeros.
-      uint8_t* tok = st + Tr::kWeightBytes + Tr::kScaleBytes;
-      const bool k_ok = kg * 256 + t_unit * 8 < p.k;
+      // expert's tokens or past K: zeros (a zero-byte copy; its source stays inside x).
+      const bool k_ok = !k_tail || kg * 256 + t_unit * 8 < p.k;
 #pragma unroll
       for (int i = 0; i < kTCopies; ++i) {
-        const int n = t_n0 + i * kTStep;
         const bool v = ((t_valid >> i) & 1u) && k_ok;
-        const int phys = (t_unit & ~7) | ((t_unit ^ n) & 7);
-        ptx::cp_async_16(tok + n * 512 + phys * 16, v ? t_src[i] + kg * 256 : p.x, v);
+        ptx::cp_async_16(st + t_dst[i], k_ok ? t_src[i] : p.x, v);
+        t_src[i] += 256;
       }
       --l_left;
       if (++l_kg == KG) {
         l_kg = 0;
-        ++l_unit;
+        lcur.next(p, prefix);
+        l_entered = false;
       }
     }
     ptx::cp_async_commit();  // possibly empty: keeps the group count in step
@@ -311,7 +324,11 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
   const int b_lane0 = Tr::kWeightBytes + Tr::kScaleBytes + (warp_tok * kNt * 8 + g) * 512 + ((2 * t) ^ g) * 16;
   const int b_lane1 = Tr::kWeightBytes + Tr::kScaleBytes + (warp_tok * kNt * 8 + g) * 512 + ((2 * t + 1) ^ g) * 16;
 
-  int c_unit = first_unit, c_kg = first_kg;  // the iteration being computed
+  w4a16::UnitCursor<kTokens> ccur;  // the unit being computed
+  ccur.seek(p, prefix, first_unit);
+  int c_kg = first_kg;
+  int k_e = -1;  // the expert whose global scales ka, kb hold
+  float ka = 0.0f, kb = 0.0f;
   bool seg_from_unit_start = first_kg == 0;  // this CTA holds the current unit from its start
   int slot = 0;                              // stage slot of the iteration being computed
   uint32_t phase = 0;                        // sm_90+: bit s = parity of stage s's next completion
@@ -380,18 +397,14 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
 
     // ---- epilogue at the end of a unit (or of this CTA's range) ----------------------------
     const bool unit_end = c_kg + 1 == KG;
-    const int u = c_unit;
-    if (unit_end) {
-      c_kg = 0;
-      ++c_unit;
-    } else {
-      ++c_kg;
-    }
+    c_kg = unit_end ? 0 : c_kg + 1;
     if (!unit_end && left != 1) continue;
+    const int u = ccur.u;
+    const w4a16::Unit cu = ccur.unit();
+    if (unit_end) ccur.next(p, prefix);
     const int64_t unit_first = static_cast<int64_t>(u) * KG;
     const bool complete = seg_from_unit_start && unit_end;
     seg_from_unit_start = true;  // the next unit, if any, starts with this CTA's next iteration
-    const w4a16::Unit cu = w4a16::decode_unit(p, prefix, u, kTokens);
     const int rt_base = cu.rb * kRowTiles + warp_row * kRpw;  // this warp's first global row tile
 
     if (!complete) {
@@ -461,11 +474,14 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
 
     // acc[r][j][i]: row = 16 * (rt_base + r) + g (+8 for i >= 2),
     //               token n = 8 * (warp_tok * kNt + j) + 2t + (i & 1).
-    const float ka = p.scale_a ? p.scale_a[cu.e] * kDequantEpilogueFactor : kDequantEpilogueFactor;
+    if (cu.e != k_e) {  // the global scales, loaded once per expert
+      k_e = cu.e;
+      ka = p.scale_a ? p.scale_a[k_e] * kDequantEpilogueFactor : kDequantEpilogueFactor;
+      if constexpr (kT.epilogue == Epilogue::kSwiglu) kb = p.scale_b[k_e] * kDequantEpilogueFactor;
+    }
     if constexpr (kT.epilogue == Epilogue::kSwiglu) {
       // Row tile q holds gate rows 8q..8q+7 (tile rows 0-7) and up rows 8q..8q+7 (8-15):
       // acc[..][0..1] is gate, acc[..][2..3] the matching up, for act column 8q + g.
-      const float kb = p.scale_b[cu.e] * kDequantEpilogueFactor;
 #pragma unroll
       for (int r = 0; r < kRpw; ++r) {
         const int col = (rt_base + r) * 8 + g;
