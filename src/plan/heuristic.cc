@@ -9,18 +9,17 @@
 namespace fp4moe {
 namespace {
 
-// The decode family's tactic for a token tile (all compiled, src/kernels/inst), as the tuner ranked
-// them on the H200 (docs/HEURISTIC.md, docs/measurements/h200_glm5_tune.json): 128 weight rows
-// and 4 warps, except 8 warps while almost no expert holds a token (mean < 0.1: FC1 1-2% faster
-// at T = 1, 2) and for the 64-token tile, and 64 rows for FC2's 8-token tile (FC2 has a quarter
-// of FC1's K groups: smaller units balance better; up to 4.6% faster). 4 stages up to 16 tokens
-// per tile, 3 beyond (what fits two CTAs per SM where possible); heuristic_tactic takes 3 for
-// the 8-token tiles where that adds a CTA per SM.
+// The decode family's tactic for a token tile (all compiled, src/kernels/inst), as measured on
+// the H200 (docs/HEURISTIC.md): 128 weight rows and 4 warps, except 8 warps while almost no
+// expert holds a token (mean < 0.1: FC1 1-2% faster at T = 1, 2) and for the 64-token tile.
+// FC2 takes the same shape: with 3 stages its 128-row 8-token tile is 3-18% faster than the
+// 64-row one at T = 2..128 (glm5, glm5-tp8). 4 stages up to 16 tokens per tile, 3 beyond (what
+// fits two CTAs per SM where possible); heuristic_tactic takes 3 for the 8-token tiles where
+// that adds a CTA per SM.
 Tactic decode_tactic(int tokens, double mean, Epilogue ep) {
-  const int rows = ep == Epilogue::kFinalize && tokens == 8 ? 64 : 128;
   const int stages = tokens <= 16 ? 4 : 3;
-  const int warps = rows == 128 && (tokens == 64 || mean < kDecodeEightWarpsBelowMean) ? 8 : 4;
-  return Tactic{Family::kW4a16Mma, rows, tokens, 256, stages, warps, 1, ep, false};
+  const int warps = tokens == 64 || mean < kDecodeEightWarpsBelowMean ? 8 : 4;
+  return Tactic{Family::kW4a16Mma, 128, tokens, 256, stages, warps, 1, ep, false};
 }
 
 // The prefill family's tactic for a mean of `mean` tokens per expert: 256-token tiles (5 stages)
@@ -53,7 +52,7 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
   if (fits(preferred)) {
     // The 8-token tiles are bound by issuing the dequantization as much as by DRAM: one stage
     // fewer, where that lets one more CTA (more warps) onto an SM, measured 2-6% faster on the
-    // H200 at T = 1..64 (m128n8 2 -> 3 CTAs, FC2's m64n8 4 -> 5; docs/HEURISTIC.md).
+    // H200 at T = 1..64 (m128n8: 2 -> 3 CTAs; docs/HEURISTIC.md).
     Tactic shallow = preferred;
     shallow.stages = 3;
     const auto ctas = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).ctas_per_sm; };

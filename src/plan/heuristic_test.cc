@@ -31,7 +31,8 @@ TEST(Heuristic, PlansOnTheH200) {
   EXPECT_EQ(fc1(glm5, 1, "h200"), "w4a16_mma:m128n8k256:s3:w8:sk1:swiglu");  // 3 stages: 3 CTAs/SM
   EXPECT_EQ(fc1(glm5, 4, "h200"), "w4a16_mma:m128n8k256:s3:w4:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 128, "h200"), "w4a16_mma:m128n8k256:s3:w4:sk1:swiglu");
-  EXPECT_EQ(fc2(128), "w4a16_mma:m64n8k256:s3:w4:sk1:finalize");  // 5 CTAs/SM, not 4
+  EXPECT_EQ(fc2(1), "w4a16_mma:m128n8k256:s3:w8:sk1:finalize");
+  EXPECT_EQ(fc2(128), "w4a16_mma:m128n8k256:s3:w4:sk1:finalize");  // 3 CTAs/SM, not 2
   EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m128n16k256:s4:w4:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_mma:m128n16k256:s4:w4:sk1:swiglu");
   EXPECT_EQ(fc2(512), "w4a16_mma:m128n16k256:s4:w4:sk1:finalize");
@@ -57,7 +58,7 @@ TEST(Heuristic, FallsBackToWhatFitsOnSm120) {
   const MoeConfig glm5 = MoeConfig::glm5();
   EXPECT_EQ(fc1(glm5, 1, "rtx-pro-6000"), "w4a16_mma:m128n8k256:s4:w8:sk1:swiglu");  // s3: still 1 CTA/SM
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1, resolve_gpu("rtx-pro-6000")).fc2),
-            "w4a16_mma:m64n8k256:s3:w4:sk1:finalize");  // 2 CTAs/SM instead of 1
+            "w4a16_mma:m128n8k256:s4:w8:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 256, "rtx-pro-6000"), "w4a16_mma:m64n16k256:s4:w4:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 4096, "rtx-pro-6000"), "w4a16_mma:m64n16k256:s4:w4:sk1:swiglu");
 }
