@@ -30,7 +30,7 @@ inline constexpr double kDecodeN16MaxMean = 32;
 inline constexpr double kDecodeEightWarpsBelowMean = 0.1;
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens);
 // The tactic for one GEMM: the prefill family where the rule above takes it; otherwise the
-// decode family's: token tile as above, 128 weight rows (64 for FC2's 8-token tile), 4 warps
+// decode family's: token tile as above, 128 weight rows, 4 warps
 // (8 below kDecodeEightWarpsBelowMean and for the 64-token tile), the compiled stages; where
 // the resource model says that does not fit on `gpu`, the fitting compiled tactic with the
 // largest token tile not above it (then most rows, then most warps).

@@ -33,10 +33,10 @@ TEST(Heuristic, PlansOnTheH200) {
   EXPECT_EQ(fc1(glm5, 128, "h200"), "w4a16_mma:m128n8k256:s3:w4:sk1:swiglu");
   EXPECT_EQ(fc2(1), "w4a16_mma:m128n8k256:s3:w8:sk1:finalize");
   EXPECT_EQ(fc2(128), "w4a16_mma:m128n8k256:s3:w4:sk1:finalize");  // 3 CTAs/SM, not 2
-  EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m128n16k256:s4:w4:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_mma:m128n16k256:s4:w4:sk1:swiglu");
-  EXPECT_EQ(fc2(512), "w4a16_mma:m128n16k256:s4:w4:sk1:finalize");
-  EXPECT_EQ(fc1(glm5, 1023, "h200"), "w4a16_mma:m128n16k256:s4:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
+  EXPECT_EQ(fc2(512), "w4a16_mma:m128n16k256:s2:w4:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 1023, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
   // From 32 tokens per expert the prefill family (sm_90a), 256-token tiles from 96.
   EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_wgmma:m128n128k64:s9:w12:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1024, resolve_gpu("h200")).fc2),
@@ -53,14 +53,15 @@ TEST(Heuristic, PrefillFamilyOnlyWhereWgmmaExists) {
 }
 
 TEST(Heuristic, FallsBackToWhatFitsOnSm120) {
-  // 99 KB per block: the 128 x 16, 128 x 32 and 128 x 64 tiles need more (105-155 KB), so the
-  // largest fitting token tile not above the rule's is taken, never a tactic that cannot launch.
+  // 99 KB per block: the 128 x 32 and 128 x 64 tiles need more (105-155 KB), so the largest
+  // fitting token tile not above the rule's is taken, never a tactic that cannot launch (the
+  // 128 x 16 tile with its 2 stages, 54 KB).
   const MoeConfig glm5 = MoeConfig::glm5();
   EXPECT_EQ(fc1(glm5, 1, "rtx-pro-6000"), "w4a16_mma:m128n8k256:s4:w8:sk1:swiglu");  // s3: still 1 CTA/SM
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1, resolve_gpu("rtx-pro-6000")).fc2),
             "w4a16_mma:m128n8k256:s4:w8:sk1:finalize");
-  EXPECT_EQ(fc1(glm5, 256, "rtx-pro-6000"), "w4a16_mma:m64n16k256:s4:w4:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 4096, "rtx-pro-6000"), "w4a16_mma:m64n16k256:s4:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 256, "rtx-pro-6000"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 4096, "rtx-pro-6000"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
 }
 
 TEST(Heuristic, EveryChoiceFitsOnEveryKnownGpu) {

@@ -14,6 +14,8 @@ std::vector<W4a16Kernel> w4a16_finalize_kernels() {
       make_w4a16_kernel<w4a16_tactic(128, 8, 3, 4, kEp)>(),
       make_w4a16_kernel<w4a16_tactic(128, 8, 3, 8, kEp)>(),
       make_w4a16_kernel<w4a16_tactic(128, 16, 4, 4, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(128, 16, 2, 4, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(128, 8, 2, 4, kEp)>(),
       make_w4a16_kernel<w4a16_tactic(128, 16, 4, 8, kEp)>(),
       make_w4a16_kernel<w4a16_tactic(128, 32, 3, 4, kEp)>(),
       make_w4a16_kernel<w4a16_tactic(128, 64, 3, 8, kEp)>(),
