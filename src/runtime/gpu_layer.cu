@@ -393,8 +393,8 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   k2.launch(f2, grid_for(k2), k2.dynamic_smem_bytes(groups_), pdl, s);
   // The decode family's finalize ends in a launch of its own; the prefill family's in FC2.
   if (k2.tactic.family == Family::kW4a16Mma)
-    kernels::launch_finalize_slots(rows_out_.get<float>(), pair_row_.get<int>(), slots_, tokens, cfg_.hidden, out,
-                                   pdl, s);
+    kernels::launch_finalize_slots(rows_out_.get<float>(), row_weight_.get<float>(), pair_row_.get<int>(), slots_,
+                                   tokens, cfg_.hidden, out, pdl, s);
   record(3);
 }
 

@@ -162,9 +162,12 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned ctas) {
   }
 }
 
-// Finalize, phase 2 (after a grid barrier, every weighted row in rows_out): out[token] = the
-// sum of its slots' rows, in slot order (bitwise reproducible), four rows per thread (rows is a
-// multiple of 16), spread over the whole grid.
+// Finalize, phase 2 (after a grid barrier, every row in rows_out): out[token] = the sum of its
+// slots' rows times their routing weights, in slot order (bitwise reproducible), four rows per
+// thread (rows is a multiple of 16), spread over the whole grid. The weights are applied here,
+// not in the GEMM's epilogue: there a weight is one more global load per token and unit, on the
+// epilogue's critical path (with glm5-tp8's FC2, K = 256, every K group ends a unit), while
+// here the threads of a token share its slots' weights through L1.
 template <int kThreads>
 __device__ void finalize_sum_slots(const W4a16GemmParams& p) {
   const int64_t quads = p.rows / 4;
@@ -175,12 +178,13 @@ __device__ void finalize_sum_slots(const W4a16GemmParams& p) {
     const int* pair = p.pair_row + token * p.slots;
     float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int s = 0; s < p.slots; ++s) {
-      const float* src = p.rows_out + static_cast<int64_t>(pair[s]) * p.rows + row;
-      const float4 v = ptx::ld_cg(reinterpret_cast<const float4*>(src));
-      sum.x += v.x;
-      sum.y += v.y;
-      sum.z += v.z;
-      sum.w += v.w;
+      const int r = pair[s];
+      const float w = p.row_weight[r];
+      const float4 v = ptx::ld_cg(reinterpret_cast<const float4*>(p.rows_out + static_cast<int64_t>(r) * p.rows + row));
+      sum.x = fmaf(w, v.x, sum.x);
+      sum.y = fmaf(w, v.y, sum.y);
+      sum.z = fmaf(w, v.z, sum.z);
+      sum.w = fmaf(w, v.w, sum.w);
     }
     const uint32_t lo = to_bf16_bits(sum.x) | (uint32_t{to_bf16_bits(sum.y)} << 16);
     const uint32_t hi = to_bf16_bits(sum.z) | (uint32_t{to_bf16_bits(sum.w)} << 16);

@@ -511,7 +511,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
               p.raw_out[static_cast<int64_t>(cu.tok0 + n) * rows_pad + row] = acc[r][j][i] * ka;
           }
     } else {
-      // Finalize, phase 1: weighted rows to rows_out[permuted row][row]; phase 2, the sum of
+      // Finalize, phase 1: rows to rows_out[permuted row][row]; phase 2, the weighted sum of
       // each token's slots, is the next launch (kernels/moe/finalize_slots.h). Counting arrivals
       // per (token, row block) after every unit here instead, the CTA completing a token summing
       // it, cost 3 CTA barriers, a fence and an atomic round trip per unit: FC2 took 287 / 618 /
@@ -526,7 +526,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
             const int row = (rt_base + r) * 16 + g + (i >> 1) * 8;
             if (n < cu.ntok && row < p.rows) {
               const int pr = cu.tok0 + n;
-              p.rows_out[static_cast<int64_t>(pr) * p.rows + row] = acc[r][j][i] * ka * p.row_weight[pr];
+              p.rows_out[static_cast<int64_t>(pr) * p.rows + row] = acc[r][j][i] * ka;
             }
           }
     }

@@ -27,7 +27,7 @@
 //     to share). The pipeline runs on across unit boundaries, so a unit's epilogue overlaps the
 //     next unit's loads; the producer passes each unit to the consumers in a ring beside the
 //     stages;
-//   - FC2's finalize is the kernel's second phase: the consumers store their weighted rows
+//   - FC2's finalize is the kernel's second phase: the consumers store their rows (unweighted)
 //     as units complete; once every CTA has passed a grid barrier (all CTAs are resident: one
 //     per SM, as many as the GPU holds), all 384 threads of every CTA sum each token's slots
 //     in slot order (bitwise reproducible) - a coalesced pass over the rows that keeps every
@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
             }
         }
       } else {
-        // Finalize, phase 1: the weighted rows of this warpgroup's 64 rows to rows_out.
+        // Finalize, phase 1: the rows of this warpgroup's 64 rows to rows_out.
 #pragma unroll
         for (int j = 0; j < kTokens / 8; ++j)
 #pragma unroll
@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
             const int row = rt * 16 + g + (i >> 1) * 8;
             if (n < cu.ntok && row < p.rows) {
               const int pr = cu.tok0 + n;
-              p.rows_out[static_cast<int64_t>(pr) * p.rows + row] = acc[4 * j + i] * ka * p.row_weight[pr];
+              p.rows_out[static_cast<int64_t>(pr) * p.rows + row] = acc[4 * j + i] * ka;
             }
           }
       }

@@ -52,8 +52,8 @@ struct W4a16GemmParams {
   const int* row_token = nullptr;      // [permuted row] -> token
   const int* pair_row = nullptr;       // [token][slot] -> permuted row
   int slots = 0;                       // slots per token (top-k, +1 with a shared expert)
-  float* rows_out = nullptr;           // weighted rows [permuted row][rows] fp32
-  // prefill family: [count, generation] of the barrier between the finalize's phase 1 (weighted
+  float* rows_out = nullptr;           // rows [permuted row][rows] fp32, the routing weight applied in phase 2
+  // prefill family: [count, generation] of the barrier between the finalize's phase 1 (the
   // rows) and phase 2 (slot sums), count zero between launches; the decode family leaves phase 2
   // to the next launch (kernels/moe/finalize_slots.h)
   unsigned* grid_barrier = nullptr;

@@ -20,8 +20,8 @@ __global__ void __launch_bounds__(kThreads) finalize_slots_kernel(const W4a16Gem
 
 }  // namespace
 
-void launch_finalize_slots(const float* rows_out, const int* pair_row, int slots, int64_t tokens, int64_t rows,
-                           uint16_t* out, bool pdl, cudaStream_t stream) {
+void launch_finalize_slots(const float* rows_out, const float* row_weight, const int* pair_row, int slots,
+                           int64_t tokens, int64_t rows, uint16_t* out, bool pdl, cudaStream_t stream) {
   FP4MOE_CHECK(rows % 4 == 0 && slots >= 1 && reinterpret_cast<uintptr_t>(rows_out) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(out) % 8 == 0,
                "finalize_slots: rows (", rows, ") must be a multiple of 4 and the buffers aligned");
@@ -31,6 +31,7 @@ void launch_finalize_slots(const float* rows_out, const int* pair_row, int slots
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   W4a16GemmParams p;  // the fields finalize_sum_slots reads
   p.rows_out = const_cast<float*>(rows_out);
+  p.row_weight = row_weight;
   p.pair_row = pair_row;
   p.slots = slots;
   p.rows = static_cast<int>(rows);
