@@ -386,7 +386,8 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f2.row_token = row_token_.get<int>();
   f2.pair_row = pair_row_.get<int>();
   f2.slots = slots_;
-  f2.rows_out = rows_out_.get<float>();
+  f2.rows_out = rows_out_.get<float>();                // fp32 rows (decode family)
+  f2.rows_out_bf16 = rows_out_.get<uint16_t>();        // or bf16 rows in the same buffer (prefill)
   f2.grid_barrier = grid_barrier_.get<unsigned>();
   f2.unit_ticket = unit_tickets_.get<int>() + 1;
   f2.out = out;

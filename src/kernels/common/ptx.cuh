@@ -37,6 +37,12 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// bar.sync id, threads: a barrier (with CTA-scope memory ordering, as __syncthreads) among
+// `threads` threads of the CTA (a multiple of 32), for when the others have left or wait elsewhere.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 __device__ __forceinline__ uint4 ld_shared_v4(const void* p) {
   uint4 v;
   const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));

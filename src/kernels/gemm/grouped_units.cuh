@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
@@ -99,32 +100,70 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned ctas) {
 }
 
 // Finalize, phase 2 (after a grid barrier, every row in rows_out): out[token] = the sum of its
-// slots' rows times their routing weights, in slot order (bitwise reproducible), four rows per
-// thread (rows is a multiple of 16), spread over the whole grid. The weights are applied here,
-// not in the GEMM's epilogue: there a weight is one more global load per token and unit, on the
-// epilogue's critical path (with glm5-tp8's FC2, K = 256, every K group ends a unit), while
-// here the threads of a token share its slots' weights through L1.
-template <int kThreads>
-__device__ void finalize_sum_slots(const W4a16GemmParams& p) {
-  const int64_t quads = p.rows / 4;
-  const int64_t items = p.x_rows / p.slots * quads;
+// slots' rows times their routing weights, in slot order (bitwise reproducible), 16 bytes of a
+// row per thread (4 fp32 or 8 bf16 rows; rows is a multiple of 16), spread over the whole grid.
+// The weights are applied here, not in the GEMM's epilogue: there a weight is one more global
+// load per token and unit, on the epilogue's critical path (with glm5-tp8's FC2, K = 256, every
+// K group ends a unit), while here the threads of a token share its slots' weights through L1.
+// RowT is float (p.rows_out, the decode family) or uint16_t (bf16 bits, p.rows_out_bf16, the
+// prefill family). kThreads threads of each CTA take part, `thread` being this one's index.
+template <int kThreads, typename RowT>
+__device__ void finalize_sum_slots(const W4a16GemmParams& p, int thread) {
+  static_assert(std::is_same_v<RowT, float> || std::is_same_v<RowT, uint16_t>, "fp32 or bf16 rows");
+  constexpr bool kBf16 = std::is_same_v<RowT, uint16_t>;
+  constexpr int kPer = 16 / sizeof(RowT);  // rows of a token per thread: one 16-byte load a slot
+  // A token's slots are loaded kBatch at a time before any is added: one slot after another,
+  // each sum waited a dependent chain of three global loads (row, weight, values), and the
+  // prefill FC2 spent ~38% of its warp samples here and at the barrier before it (ncu, glm5,
+  // T = 4096, H200). The sum keeps slot order, so the bits do not change.
+  constexpr int kBatch = 8;
+  const RowT* rows_in;
+  if constexpr (kBf16)
+    rows_in = p.rows_out_bf16;
+  else
+    rows_in = p.rows_out;
+  const int64_t groups = p.rows / kPer;
+  const int64_t items = p.x_rows / p.slots * groups;
   const int64_t stride = int64_t{gridDim.x} * kThreads;
-  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < items; i += stride) {
-    const int64_t token = i / quads, row = (i - token * quads) * 4;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + thread; i < items; i += stride) {
+    const int64_t token = i / groups, row = (i - token * groups) * kPer;
     const int* pair = p.pair_row + token * p.slots;
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s = 0; s < p.slots; ++s) {
-      const int r = pair[s];
-      const float w = p.row_weight[r];
-      const float4 v = ptx::ld_cg(reinterpret_cast<const float4*>(p.rows_out + static_cast<int64_t>(r) * p.rows + row));
-      sum.x = fmaf(w, v.x, sum.x);
-      sum.y = fmaf(w, v.y, sum.y);
-      sum.z = fmaf(w, v.z, sum.z);
-      sum.w = fmaf(w, v.w, sum.w);
+    float sum[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) sum[j] = 0.f;
+    for (int s0 = 0; s0 < p.slots; s0 += kBatch) {
+      int r[kBatch];
+      float w[kBatch];
+      uint4 v[kBatch];
+#pragma unroll
+      for (int q = 0; q < kBatch; ++q) r[q] = s0 + q < p.slots ? pair[s0 + q] : -1;
+#pragma unroll
+      for (int q = 0; q < kBatch; ++q) {
+        if (r[q] < 0) continue;
+        w[q] = p.row_weight[r[q]];
+        v[q] = __ldcg(reinterpret_cast<const uint4*>(rows_in + static_cast<int64_t>(r[q]) * p.rows + row));
+      }
+#pragma unroll
+      for (int q = 0; q < kBatch; ++q) {
+        if (r[q] < 0) continue;
+        const uint32_t words[4] = {v[q].x, v[q].y, v[q].z, v[q].w};
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          // bf16 -> fp32 is exact: the bits move to the top half.
+          const uint32_t bits = kBf16 ? (j & 1 ? words[j / 2] & 0xffff0000u : words[j / 2] << 16) : words[j];
+          sum[j] = fmaf(w[q], __uint_as_float(bits), sum[j]);
+        }
+      }
     }
-    const uint32_t lo = to_bf16_bits(sum.x) | (uint32_t{to_bf16_bits(sum.y)} << 16);
-    const uint32_t hi = to_bf16_bits(sum.z) | (uint32_t{to_bf16_bits(sum.w)} << 16);
-    *reinterpret_cast<uint2*>(p.out + token * p.rows + row) = make_uint2(lo, hi);
+    uint32_t packed[kPer / 2];
+#pragma unroll
+    for (int j = 0; j < kPer / 2; ++j)
+      packed[j] = to_bf16_bits(sum[2 * j]) | (uint32_t{to_bf16_bits(sum[2 * j + 1])} << 16);
+    uint16_t* dst = p.out + token * p.rows + row;
+    if constexpr (kBf16)
+      *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    else
+      *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
   }
 }
 

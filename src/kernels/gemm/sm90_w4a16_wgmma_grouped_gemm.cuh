@@ -6,10 +6,11 @@
 // accumulation, the swiglu and finalize epilogues. What changes is the engine, for hundreds of
 // tokens per expert where the tensor cores, not the weight bytes, set the pace:
 //
-//   - wgmma m64nNk16 (N = the token tile, 64..256; an expert's partial last tile runs the
-//     narrowest of N = 32, 64, 128, 192, 256 that covers it, and its tokens come in a box of
-//     that many rows) with the weights as the register operand A and the tokens in 128-byte
-//     swizzled K-major shared memory (64 K per row);
+//   - wgmma m64nNk16 (N = the token tile, 64..256; an expert's partial last tile runs at the
+//     narrowest of a list of widths that holds it, and its tokens come in a box of a multiple
+//     of 32 rows)
+//     with the weights as the register operand A and the tokens in 128-byte swizzled K-major
+//     shared memory (64 K per row);
 //   - one producer warp feeds a ring of kStages stages through the copy engine: the tokens by
 //     cp.async.bulk.tensor (one box of N contiguous rows; the layer stores them in fragment
 //     order, kernels/common/fragment_order.h), the raw FP4 weights by a 3-D tensor copy (chunk c
@@ -63,28 +64,74 @@
 #include "kernels/common/fragment_order.h"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
+#include "kernels/common/sm90_wgmma_rs.cuh"
 #include "kernels/gemm/grouped_units.cuh"
 #include "kernels/gemm/w4a16_params.h"
 
 namespace fp4moe::kernels {
 
-// The widths a unit runs at: the narrowest of 32, 64, 128, 192, 256 that covers its tokens, at
-// most the tile. The box of token rows and the MMA's N shrink together, so neither the copy nor
-// the tensor cores spend time on the empty columns of an expert's last tile.
-__host__ __device__ constexpr int wgmma_width(int index) { return index < 2 ? 32 << index : 64 * index; }
-__host__ __device__ constexpr int wgmma_width_index(int tokens, int tile) {
-  int i = 0;
-  while (i < 4 && wgmma_width(i) < tokens && wgmma_width(i) < tile) ++i;
-  return i;
-}
-inline constexpr int kWgmmaWidths = 5;
+// The width a unit runs at: the narrowest of its tile's list (W4a16WgmmaTraits::Widths) that
+// holds its tokens. An expert's last tile is usually partial, and the tensor cores' time is
+// proportional to N: with uniform routing an expert of glm5 holds 128 +- 11 tokens at T = 4096,
+// and with the widths 32, 64, 128, 192 and 256 alone 23% of the MMA work there was on empty
+// columns. The lists step by 8 (wgmma's granularity) where the partial tiles of the default
+// sweep fall and coarser elsewhere: ptxas keeps the 128 accumulators of the 256-token tile in
+// registers with these 16 widths, not with all 32 multiples of 8 (local memory, spills). The
+// token rows come in boxes of a multiple of 32 rows (one tensor map each): the up to 24 rows
+// beyond the width cost L2 reads, not tensor time.
+__host__ __device__ constexpr int wgmma_box_index(int width) { return (width + 31) / 32 - 1; }
+__host__ __device__ constexpr int wgmma_box_rows(int index) { return 32 * (index + 1); }
+inline constexpr int kWgmmaBoxes = 8;  // 32, 64, ..., 256 rows
+
+// The widths a tile's units run at (ascending, multiples of 8, the last the tile's).
+template <int... kWidths>
+struct WgmmaWidths {
+  static constexpr int kCount = sizeof...(kWidths);
+  __host__ __device__ static constexpr int at(int i) {
+    constexpr int kList[] = {kWidths...};
+    return kList[i];
+  }
+  // The narrowest width that holds `tokens` (at most the tile's); a fold, not a loop over an
+  // array, which device code would keep in local memory.
+  __host__ __device__ static constexpr int narrowest(int tokens) {
+    int w = at(kCount - 1);
+    ((w = kWidths >= tokens && kWidths < w ? kWidths : w), ...);
+    return w;
+  }
+
+  // Issues one stage's 4 wgmma (k steps of 16) at narrowest(tokens), picked by bisection; each
+  // width's whole fence-issue-commit sequence in its own branch (a branch between the wgmma
+  // serializes them).
+  template <int kLo = 0, int kHi = kCount - 1, int kAcc>
+  __device__ __forceinline__ static void issue(int tokens, float (&acc)[kAcc], uint32_t (&a)[4][4],
+                                               uint64_t desc_b, bool first) {
+    namespace sm90 = ptx::sm90;
+    if constexpr (kLo == kHi) {
+      sm90::wgmma_fence_operands(acc);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(a[kk]);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        sm90::WgmmaRs<at(kLo)>::mma(acc, a[kk], desc_b + 2 * kk, static_cast<uint32_t>(!first || kk > 0));
+      sm90::wgmma_commit();
+    } else {
+      constexpr int kMid = (kLo + kHi) / 2;
+      constexpr int kMidWidth = at(kMid);
+      if (tokens <= kMidWidth)
+        issue<kLo, kMid>(tokens, acc, a, desc_b, first);
+      else
+        issue<kMid + 1, kHi>(tokens, acc, a, desc_b, first);
+    }
+  }
+};
 
 // The kernel's tensor maps: the prepacked weights (a box = one 64-K chunk of a row block's 8 row
-// tiles), and the tokens, one map per width (tokens[i]: wgmma_width(i) rows x 64 K; those wider
+// tiles), and the tokens, one map per box (tokens[i]: wgmma_box_rows(i) rows x 64 K; those wider
 // than the tile are left empty).
 struct WgmmaMaps {
   CUtensorMap weights;
-  CUtensorMap tokens[kWgmmaWidths];
+  CUtensorMap tokens[kWgmmaBoxes];
 };
 
 template <Tactic kT>
@@ -101,6 +148,11 @@ struct W4a16WgmmaTraits {
   static constexpr int kScaleBytes = kRowTiles * 256;  // UE5M3 scales of one K group
   static constexpr int kStageBytes = kBBytes + kRawBytes + kScaleBytes;
   static constexpr int kAccum = kTokens / 2;           // fp32 accumulators per consumer thread
+  // The widths units run at (see wgmma_box_index's comment).
+  using Widths = std::conditional_t<kTokens == 64, WgmmaWidths<16, 24, 32, 40, 48, 56, 64>,
+                 std::conditional_t<kTokens == 128, WgmmaWidths<16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128>,
+                                    WgmmaWidths<16, 32, 48, 64, 96, 112, 128, 136, 144, 152, 160, 168, 176, 192,
+                                                224, 256>>>;
 
   static_assert(kT.family == Family::kW4a16Wgmma, "w4a16_wgmma kernel instantiated for another family");
   static_assert(kRows == 128, "two consumer warpgroups of 64 rows");
@@ -111,6 +163,7 @@ struct W4a16WgmmaTraits {
   static_assert(kT.epilogue == Epilogue::kSwiglu || kT.epilogue == Epilogue::kFinalize,
                 "the prefill family serves FC1 (swiglu) and FC2 (finalize) only");
   static_assert(kStageBytes % 1024 == 0, "stages keep the swizzled tiles 1024-byte aligned");
+  static_assert(Widths::at(Widths::kCount - 1) == kTokens, "the widths end at the tile");
 
   // Beyond the stages: 2 barriers per stage; the unit ring (the unit a stage starts, 4 B per
   // stage); the unit prefix (4 B per group + 1); the scan's warp sums. The first 1024 bytes are
@@ -129,7 +182,8 @@ struct W4a16WgmmaTraits {
 // kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each; setmaxnreg
 // then moves registers from the producer warpgroup (40: one warp issues copies) to the two
 // consumers (232: kTokens / 2 accumulators, up to 128, two stages of A fragments, 32, and the
-// dequantization's temporaries; 128 x 40 + 256 x 232 <= 64 K registers).
+// dequantization's temporaries; 128 x 40 + 256 x 232 <= 64 K registers). FC2's finalize phase
+// runs on the consumers alone, at their 232.
 template <unsigned long long kCode>
 __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
     w4a16_wgmma_grouped_gemm_kernel(const W4a16GemmParams p, const __grid_constant__ WgmmaMaps maps) {
@@ -186,10 +240,10 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
         const uint8_t* ssrc = p.scales + cu.e * expert_sbytes + static_cast<int64_t>(rt0) * 256;
         // The box always lands whole (rows past the tensor as zeros); rows of the next expert
         // only feed D columns that are never stored.
-        const int wi = wgmma_width_index(cu.ntok, kTokens);
+        const int bi = wgmma_box_index(Tr::Widths::narrowest(cu.ntok));
         // The weight box always lands whole too: row tiles past the block are the next blocks'
         // (or zeros past the tensor), never dequantized into a stored row.
-        const uint32_t stage_bytes = wgmma_width(wi) * 128 + Tr::kRawBytes + rts * 256;
+        const uint32_t stage_bytes = wgmma_box_rows(bi) * 128 + Tr::kRawBytes + rts * 256;
         for (int ks = 0; ks < k_steps; ++ks) {
           sm90::mbarrier_wait(&empty[slot], phase ^ 1);  // a fresh barrier passes parity 1
           uint8_t* st = smem + slot * Tr::kStageBytes;
@@ -204,7 +258,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
                               (cu.e * p.kgroups + kg) * p.rowtiles + rt0, &full[slot]);
             sm90::bulk_copy_g2s(st + Tr::kBBytes + Tr::kRawBytes,
                                 ssrc + kg * static_cast<int64_t>(p.rowtiles) * 256, rts * 256, &full[slot]);
-            sm90::tma_load_2d(st, &maps.tokens[wi], ks * 64, cu.tok0, &full[slot]);
+            sm90::tma_load_2d(st, &maps.tokens[bi], ks * 64, cu.tok0, &full[slot]);
           }
           __syncwarp();
           if (++slot == kStages) {
@@ -222,6 +276,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
         if (u == units + static_cast<int>(gridDim.x) - 1) *p.unit_ticket = 0;
       }
     }
+    // The producers are done: the finalize's phase 2 runs on the consumers, at their registers
+    // (at 40 the slot sums would be starved of registers; a kernel that took 168 back with
+    // setmaxnreg.inc here hung under compute-sanitizer).
   } else {
     // ===================== consumers: dequantize, wgmma, epilogue ==============================
     sm90::setmaxnreg_inc<232>();
@@ -236,7 +293,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
 
     // One stage: dequantize this warp's 16 rows x 64 K into register buffer kBuf, issue its 4
     // wgmma, then retire the previous stage's (the other buffer) and release that slot.
-    auto stage = [&](auto buf_tag, int ks, int wi) {
+    auto stage = [&](auto buf_tag, int ks, int width) __attribute__((always_inline)) {
       constexpr int kBuf = decltype(buf_tag)::value;
       sm90::mbarrier_wait(&full[slot], phase);
       const uint8_t* st = smem + slot * Tr::kStageBytes;
@@ -256,32 +313,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
         dequant_a_fragment(w.w, sg, sg8, frag[kBuf][3]);
       }
       const uint64_t db = sm90::wgmma_desc_k_sw128(st);
-      // One branch per width around the whole fence-issue-commit sequence (a branch between the
-      // wgmma serializes them); widths above the tile are not instantiated.
-      auto issue = [&](auto mma) {
-        sm90::wgmma_fence_operands(acc);
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[kBuf][kk]);
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) mma(frag[kBuf][kk], db + 2 * kk, static_cast<uint32_t>(ks > 0 || kk > 0));
-        sm90::wgmma_commit();
-      };
-      using Frag = const uint32_t(&)[4];
-      if (wi == 0) {
-        issue([&](Frag a, uint64_t b, uint32_t c) { sm90::wgmma_m64n32k16_rs(acc, a, b, c); });
-      } else if (kTokens == 64 || wi == 1) {
-        issue([&](Frag a, uint64_t b, uint32_t c) { sm90::wgmma_m64n64k16_rs(acc, a, b, c); });
-      } else if constexpr (kTokens == 128) {
-        issue([&](Frag a, uint64_t b, uint32_t c) { sm90::wgmma_m64n128k16_rs(acc, a, b, c); });
-      } else if constexpr (kTokens == 256) {
-        if (wi == 2)
-          issue([&](Frag a, uint64_t b, uint32_t c) { sm90::wgmma_m64n128k16_rs(acc, a, b, c); });
-        else if (wi == 3)
-          issue([&](Frag a, uint64_t b, uint32_t c) { sm90::wgmma_m64n192k16_rs(acc, a, b, c); });
-        else
-          issue([&](Frag a, uint64_t b, uint32_t c) { sm90::wgmma_m64n256k16_rs(acc, a, b, c); });
-      }
+      Tr::Widths::issue(width, acc, frag[kBuf], db, ks == 0);
       sm90::wgmma_fence_operands(acc);
       // The previous stage's wgmma are done: its register buffer may be rewritten and its slot
       // refilled (this stage's stay in flight while the next stage is dequantized).
@@ -304,14 +336,14 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
     };
     for (int u = next_unit(); u >= 0; u = next_unit()) {
       const w4a16::Unit cu = w4a16::decode_unit_rows_inner(p, prefix, u, kTokens, row_blocks);
-      const int wi = wgmma_width_index(cu.ntok, kTokens);
+      const int width = Tr::Widths::narrowest(cu.ntok);
       // Two stages per trip: the register buffer of each is a compile-time index.
       int ks = 0;
       for (; ks + 1 < k_steps; ks += 2) {
-        stage(std::integral_constant<int, 0>{}, ks, wi);
-        stage(std::integral_constant<int, 1>{}, ks + 1, wi);
+        stage(std::integral_constant<int, 0>{}, ks, width);
+        stage(std::integral_constant<int, 1>{}, ks + 1, width);
       }
-      if (ks < k_steps) stage(std::integral_constant<int, 0>{}, ks, wi);
+      if (ks < k_steps) stage(std::integral_constant<int, 0>{}, ks, width);
       sm90::wgmma_wait<0>();
       sm90::wgmma_fence_operands(acc);
 #pragma unroll
@@ -342,28 +374,39 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
             }
         }
       } else {
-        // Finalize, phase 1: the rows of this warpgroup's 64 rows to rows_out.
+        // Finalize, phase 1: this warpgroup's 64 rows to rows_out_bf16, unweighted. A thread
+        // holds two tokens of a row (i & 1) but the rows run along memory: lanes g and g ^ 1
+        // (4 lanes apart) trade one value so that each stores two adjacent rows of one token
+        // as one 32-bit word (the even lane token n, the odd one token n + 1).
+        const bool odd = g & 1;
+        const int pair_row = rt * 16 + (g & ~1);
 #pragma unroll
         for (int j = 0; j < kTokens / 8; ++j)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int n = 8 * j + 2 * t + (i & 1);
-            const int row = rt * 16 + g + (i >> 1) * 8;
+          for (int h = 0; h < 2; ++h) {  // rows g (h = 0) and g + 8 (h = 1)
+            const float v0 = acc[4 * j + 2 * h] * ka, v1 = acc[4 * j + 2 * h + 1] * ka;
+            const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+            const int n = 8 * j + 2 * t + (odd ? 1 : 0);
+            const int row = pair_row + 8 * h;
             if (n < cu.ntok && row < p.rows) {
-              const int pr = cu.tok0 + n;
-              p.rows_out[static_cast<int64_t>(pr) * p.rows + row] = acc[4 * j + i] * ka;
+              const uint32_t lo = w4a16::to_bf16_bits(odd ? other : v0);
+              const uint32_t hi = w4a16::to_bf16_bits(odd ? v1 : other);
+              *reinterpret_cast<uint32_t*>(p.rows_out_bf16 + static_cast<int64_t>(cu.tok0 + n) * p.rows + row) =
+                  lo | (hi << 16);
             }
           }
       }
     }
-  }
 
-  if constexpr (kT.epilogue == Epilogue::kFinalize) {
-    // ---- finalize, phase 2: every CTA's rows are out; out[token] = sum of its slots' rows ------
-    __syncthreads();  // this CTA's rows (CTA scope), before thread 0 releases them GPU-wide
-    if (tid == 0) w4a16::grid_barrier(p.grid_barrier, gridDim.x);
-    __syncthreads();
-    w4a16::finalize_sum_slots<Tr::kThreads>(p);
+    if constexpr (kT.epilogue == Epilogue::kFinalize) {
+      // ---- finalize, phase 2: every CTA's rows are out; out[token] = sum of its slots' rows ----
+      // The two consumer warpgroups only (a named barrier: the producer warps have left).
+      constexpr int kConsumerThreads = Tr::kConsumers * 128;
+      ptx::named_barrier_sync(1, kConsumerThreads);  // this CTA's rows, before they are released
+      if (tid == 128) w4a16::grid_barrier(p.grid_barrier, gridDim.x);
+      ptx::named_barrier_sync(1, kConsumerThreads);
+      w4a16::finalize_sum_slots<kConsumerThreads, uint16_t>(p, tid - 128);
+    }
   }
 #else
   // Built for another architecture: the registry never launches this kernel there.

@@ -2,7 +2,7 @@
 // only). The launch encodes the token tensor map of this call's B operand: boxes of a whole
 // token tile of contiguous rows in fragment order (the layer gathers FC1's rows into permuted
 // order first, and FC1 writes FC2's in fragment order), whole 64-element chunks per row; one
-// map per width a unit may run at (wgmma_width).
+// map per box height a unit may load (wgmma_box_rows).
 #pragma once
 
 #include "kernels/common/fragment_order.h"
@@ -24,14 +24,16 @@ W4a16Kernel make_w4a16_wgmma_kernel() {
   k.tile_floats = 0;  // no stream-K partials
   k.launch = [](const W4a16GemmParams& p, int grid, int smem, bool pdl, cudaStream_t stream) {
     FP4MOE_CHECK(p.gather == nullptr, "w4a16_wgmma reads contiguous token rows: gather them first");
+    FP4MOE_CHECK(kT.epilogue != Epilogue::kFinalize || p.rows_out_bf16 != nullptr,
+                 "w4a16_wgmma finalize: no bf16 rows buffer (rows_out_bf16)");
     const int64_t pitch = fragment_order_pitch(p.k);
     FP4MOE_CHECK(p.x_stride >= pitch, "w4a16_wgmma: token rows of ", p.k, " K in fragment order need a pitch of ",
                  pitch, " elements, got ", p.x_stride);
     WgmmaMaps maps{};
     maps.weights = make_prepacked_chunks_tensor_map(p.weights, int64_t{p.num_experts} * p.kgroups * p.rowtiles,
                                                     kT.tile_rows / 16);
-    for (int i = 0; i < kWgmmaWidths && wgmma_width(i) <= kT.tile_tokens; ++i)
-      maps.tokens[i] = make_bf16_rows_tensor_map(p.x, p.x_rows, pitch, p.x_stride, wgmma_width(i));
+    for (int i = 0; i < kWgmmaBoxes && wgmma_box_rows(i) <= kT.tile_tokens; ++i)
+      maps.tokens[i] = make_bf16_rows_tensor_map(p.x, p.x_rows, pitch, p.x_stride, wgmma_box_rows(i));
     launch_kernel(kKernel, dim3(grid), dim3(kT.warps * 32), smem, pdl, stream, p, maps);
   };
   return k;

@@ -15,7 +15,7 @@ constexpr int kThreads = 256;
 __global__ void __launch_bounds__(kThreads) finalize_slots_kernel(const W4a16GemmParams p) {
   w4a16::griddep_wait();  // FC2's rows_out
   w4a16::griddep_launch_dependents();
-  w4a16::finalize_sum_slots<kThreads>(p);
+  w4a16::finalize_sum_slots<kThreads, float>(p, threadIdx.x);
 }
 
 }  // namespace
