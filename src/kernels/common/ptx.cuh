@@ -43,6 +43,14 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// atom.acq_rel.gpu.global.add.s32: returns the old value; releases this thread's (and, through
+// a preceding CTA barrier, its CTA's) writes and acquires those released to the same address.
+__device__ __forceinline__ int atomic_add_acq_rel_gpu(int* p, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 __device__ __forceinline__ uint4 ld_shared_v4(const void* p) {
   uint4 v;
   const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));

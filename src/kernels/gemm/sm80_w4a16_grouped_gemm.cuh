@@ -418,18 +418,17 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
         for (int j = 0; j < kNt; ++j)
           reinterpret_cast<float4*>(mine)[r * kNt + j] =
               make_float4(acc[r][j][0], acc[r][j][1], acc[r][j][2], acc[r][j][3]);
-      // Release: the barrier orders every thread's partial before thread 0's fence, which
-      // orders them before the arrival (the CUTLASS semaphore pattern; one fence per CTA).
+      // Release: the barrier orders every thread's partial before thread 0's arrival, whose
+      // release makes them visible GPU-wide; its acquire, in the last CTA, makes the others'
+      // partials visible before the barrier below (the CUTLASS semaphore pattern). One
+      // acq_rel atomic instead of two __threadfence (MEMBAR.SC.GPU: at glm5-tp8, T = 1, 10% of
+      // FC1's warp samples sat at the barrier behind that fence).
       __syncthreads();
       const int c_first = w4a16::cta_of(unit_first, W, G);
       const int c_last = w4a16::cta_of(unit_first + KG - 1, W, G);
       if (tid == 0) {
-        __threadfence();
-        const bool last = atomicAdd(p.unit_counters + u, 1) == c_last - c_first;
-        if (last) {
-          p.unit_counters[u] = 0;  // ready for the next launch
-          __threadfence();         // acquire: the other CTAs' partials, before the barrier below
-        }
+        const bool last = ptx::atomic_add_acq_rel_gpu(p.unit_counters + u, 1) == c_last - c_first;
+        if (last) p.unit_counters[u] = 0;  // ready for the next launch
         unit_last = last;
       }
       __syncthreads();
