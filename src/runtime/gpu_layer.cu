@@ -262,7 +262,7 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
       {&act_, size_t(P * kernels::fragment_order_pitch(I) * 2), false},
       {&partials_, size_t(partial_floats * 4), false},
       {&unit_counters_, size_t(tiles_bound * row_blocks_bound * 4), true},
-      {&rows_out_, size_t(P * H * 4), false},
+      {&rows_out_, size_t(P * H * 2), false},
       {&grid_barrier_, 8, true},
       {&unit_tickets_, 8, true},  // the prefill family's unit scheduler: FC1's, FC2's
       // the prefill family reads FC1's tokens gathered into permuted order (fragment order)
@@ -386,15 +386,14 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f2.row_token = row_token_.get<int>();
   f2.pair_row = pair_row_.get<int>();
   f2.slots = slots_;
-  f2.rows_out = rows_out_.get<float>();                // fp32 rows (decode family)
-  f2.rows_out_bf16 = rows_out_.get<uint16_t>();        // or bf16 rows in the same buffer (prefill)
+  f2.rows_out = rows_out_.get<uint16_t>();
   f2.grid_barrier = grid_barrier_.get<unsigned>();
   f2.unit_ticket = unit_tickets_.get<int>() + 1;
   f2.out = out;
   k2.launch(f2, grid_for(k2), k2.dynamic_smem_bytes(groups_), pdl, s);
   // The decode family's finalize ends in a launch of its own; the prefill family's in FC2.
   if (k2.tactic.family == Family::kW4a16Mma)
-    kernels::launch_finalize_slots(rows_out_.get<float>(), row_weight_.get<float>(), pair_row_.get<int>(), slots_,
+    kernels::launch_finalize_slots(rows_out_.get<uint16_t>(), row_weight_.get<float>(), pair_row_.get<int>(), slots_,
                                    tokens, cfg_.hidden, out, pdl, s);
   record(3);
 }

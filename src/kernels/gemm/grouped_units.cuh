@@ -6,7 +6,6 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
@@ -99,29 +98,38 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned ctas) {
   }
 }
 
-// Finalize, phase 2 (after a grid barrier, every row in rows_out): out[token] = the sum of its
-// slots' rows times their routing weights, in slot order (bitwise reproducible), 16 bytes of a
-// row per thread (4 fp32 or 8 bf16 rows; rows is a multiple of 16), spread over the whole grid.
-// The weights are applied here, not in the GEMM's epilogue: there a weight is one more global
-// load per token and unit, on the epilogue's critical path (with glm5-tp8's FC2, K = 256, every
-// K group ends a unit), while here the threads of a token share its slots' weights through L1.
-// RowT is float (p.rows_out, the decode family) or uint16_t (bf16 bits, p.rows_out_bf16, the
-// prefill family). kThreads threads of each CTA take part, `thread` being this one's index.
-template <int kThreads, typename RowT>
+// Finalize, phase 1, of the prefill family: a thread of an accumulator fragment (lane = 4 g + t)
+// holds two tokens of one row (v0: token n0 = 8 j + 2 t, v1: n0 + 1), but the rows run along
+// memory. Lanes g and g ^ 1 (4 lanes apart) trade one value so that each stores two adjacent
+// rows of one token as one 32-bit bf16 word: the even lane token n0, rows (g, g + 1); the odd
+// lane token n0 + 1, rows (g - 1, g). row_pair = the fragment row tile's first row + (g & ~1)
+// (+ 8 for the fragment's second half). Every lane of the warp calls it (the shuffle).
+__device__ __forceinline__ void store_row_pair_bf16(const W4a16GemmParams& p, int tok0, int ntok, int n0,
+                                                    int row_pair, float v0, float v1, bool odd) {
+  const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+  const int n = n0 + (odd ? 1 : 0);
+  if (n < ntok && row_pair < p.rows) {
+    const uint32_t lo = to_bf16_bits(odd ? other : v0), hi = to_bf16_bits(odd ? v1 : other);
+    *reinterpret_cast<uint32_t*>(p.rows_out + static_cast<int64_t>(tok0 + n) * p.rows + row_pair) = lo | (hi << 16);
+  }
+}
+
+// Finalize, phase 2 (every row in rows_out: after a grid barrier, or in the next launch):
+// out[token] = the sum of its slots' rows times their routing weights, in slot order (bitwise
+// reproducible), 8 rows of a token per thread (one 16-byte load a slot; rows is a multiple of
+// 16), spread over the whole grid. The weights are applied here, not in the GEMM's epilogue:
+// there a weight is one more global load per token and unit, on the epilogue's critical path
+// (with glm5-tp8's FC2, K = 256, every K group ends a unit), while here the threads of a token
+// share its slots' weights through L1. kThreads threads of each CTA take part, `thread` being
+// this one's index among them.
+template <int kThreads>
 __device__ void finalize_sum_slots(const W4a16GemmParams& p, int thread) {
-  static_assert(std::is_same_v<RowT, float> || std::is_same_v<RowT, uint16_t>, "fp32 or bf16 rows");
-  constexpr bool kBf16 = std::is_same_v<RowT, uint16_t>;
-  constexpr int kPer = 16 / sizeof(RowT);  // rows of a token per thread: one 16-byte load a slot
+  constexpr int kPer = 8;  // bf16 rows per thread
   // A token's slots are loaded kBatch at a time before any is added: one slot after another,
   // each sum waited a dependent chain of three global loads (row, weight, values), and the
   // prefill FC2 spent ~38% of its warp samples here and at the barrier before it (ncu, glm5,
   // T = 4096, H200). The sum keeps slot order, so the bits do not change.
   constexpr int kBatch = 8;
-  const RowT* rows_in;
-  if constexpr (kBf16)
-    rows_in = p.rows_out_bf16;
-  else
-    rows_in = p.rows_out;
   const int64_t groups = p.rows / kPer;
   const int64_t items = p.x_rows / p.slots * groups;
   const int64_t stride = int64_t{gridDim.x} * kThreads;
@@ -141,7 +149,7 @@ __device__ void finalize_sum_slots(const W4a16GemmParams& p, int thread) {
       for (int q = 0; q < kBatch; ++q) {
         if (r[q] < 0) continue;
         w[q] = p.row_weight[r[q]];
-        v[q] = __ldcg(reinterpret_cast<const uint4*>(rows_in + static_cast<int64_t>(r[q]) * p.rows + row));
+        v[q] = __ldcg(reinterpret_cast<const uint4*>(p.rows_out + static_cast<int64_t>(r[q]) * p.rows + row));
       }
 #pragma unroll
       for (int q = 0; q < kBatch; ++q) {
@@ -150,7 +158,7 @@ __device__ void finalize_sum_slots(const W4a16GemmParams& p, int thread) {
 #pragma unroll
         for (int j = 0; j < kPer; ++j) {
           // bf16 -> fp32 is exact: the bits move to the top half.
-          const uint32_t bits = kBf16 ? (j & 1 ? words[j / 2] & 0xffff0000u : words[j / 2] << 16) : words[j];
+          const uint32_t bits = j & 1 ? words[j / 2] & 0xffff0000u : words[j / 2] << 16;
           sum[j] = fmaf(w[q], __uint_as_float(bits), sum[j]);
         }
       }
@@ -159,11 +167,7 @@ __device__ void finalize_sum_slots(const W4a16GemmParams& p, int thread) {
 #pragma unroll
     for (int j = 0; j < kPer / 2; ++j)
       packed[j] = to_bf16_bits(sum[2 * j]) | (uint32_t{to_bf16_bits(sum[2 * j + 1])} << 16);
-    uint16_t* dst = p.out + token * p.rows + row;
-    if constexpr (kBf16)
-      *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    else
-      *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
+    *reinterpret_cast<uint4*>(p.out + token * p.rows + row) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   }
 }
 

@@ -510,11 +510,15 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
               p.raw_out[static_cast<int64_t>(cu.tok0 + n) * rows_pad + row] = acc[r][j][i] * ka;
           }
     } else {
-      // Finalize, phase 1: rows to rows_out[permuted row][row]; phase 2, the weighted sum of
-      // each token's slots, is the next launch (kernels/moe/finalize_slots.h). Counting arrivals
-      // per (token, row block) after every unit here instead, the CTA completing a token summing
-      // it, cost 3 CTA barriers, a fence and an atomic round trip per unit: FC2 took 287 / 618 /
-      // 931 us at T = 16 / 64 / 256 (glm5, H200) against 247 / 540 / 733 us in two phases.
+      // Finalize, phase 1: rows to rows_out[permuted row][row] (bf16); phase 2, the weighted sum
+      // of each token's slots, is the next launch (kernels/moe/finalize_slots.h). Counting
+      // arrivals per (token, row block) after every unit here instead, the CTA completing a token
+      // summing it, cost 3 CTA barriers, a fence and an atomic round trip per unit: FC2 took
+      // 287 / 618 / 931 us at T = 16 / 64 / 256 (glm5, H200) against 247 / 540 / 733 us in two
+      // phases.
+      // One bf16 per store: the paired 32-bit stores of the prefill family
+      // (store_row_pair_bf16) need a shuffle and two more live values per pair, and the 64-token
+      // tile, at 128 registers, spilled with them.
 #pragma unroll
       for (int r = 0; r < kRpw; ++r)
 #pragma unroll
@@ -523,10 +527,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
           for (int i = 0; i < 4; ++i) {
             const int n = (warp_tok * kNt + j) * 8 + 2 * t + (i & 1);
             const int row = (rt_base + r) * 16 + g + (i >> 1) * 8;
-            if (n < cu.ntok && row < p.rows) {
-              const int pr = cu.tok0 + n;
-              p.rows_out[static_cast<int64_t>(pr) * p.rows + row] = acc[r][j][i] * ka;
-            }
+            if (n < cu.ntok && row < p.rows)
+              p.rows_out[static_cast<int64_t>(cu.tok0 + n) * p.rows + row] = w4a16::to_bf16_bits(acc[r][j][i] * ka);
           }
     }
     zero_acc();

@@ -374,27 +374,14 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
             }
         }
       } else {
-        // Finalize, phase 1: this warpgroup's 64 rows to rows_out_bf16, unweighted. A thread
-        // holds two tokens of a row (i & 1) but the rows run along memory: lanes g and g ^ 1
-        // (4 lanes apart) trade one value so that each stores two adjacent rows of one token
-        // as one 32-bit word (the even lane token n, the odd one token n + 1).
+        // Finalize, phase 1: this warpgroup's 64 rows to rows_out (bf16, unweighted).
         const bool odd = g & 1;
-        const int pair_row = rt * 16 + (g & ~1);
 #pragma unroll
         for (int j = 0; j < kTokens / 8; ++j)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {  // rows g (h = 0) and g + 8 (h = 1)
-            const float v0 = acc[4 * j + 2 * h] * ka, v1 = acc[4 * j + 2 * h + 1] * ka;
-            const float other = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
-            const int n = 8 * j + 2 * t + (odd ? 1 : 0);
-            const int row = pair_row + 8 * h;
-            if (n < cu.ntok && row < p.rows) {
-              const uint32_t lo = w4a16::to_bf16_bits(odd ? other : v0);
-              const uint32_t hi = w4a16::to_bf16_bits(odd ? v1 : other);
-              *reinterpret_cast<uint32_t*>(p.rows_out_bf16 + static_cast<int64_t>(cu.tok0 + n) * p.rows + row) =
-                  lo | (hi << 16);
-            }
-          }
+          for (int h = 0; h < 2; ++h)  // rows g (h = 0) and g + 8 (h = 1)
+            w4a16::store_row_pair_bf16(p, cu.tok0, cu.ntok, 8 * j + 2 * t, rt * 16 + (g & ~1) + 8 * h,
+                                       acc[4 * j + 2 * h] * ka, acc[4 * j + 2 * h + 1] * ka, odd);
       }
     }
 
@@ -405,7 +392,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
       ptx::named_barrier_sync(1, kConsumerThreads);  // this CTA's rows, before they are released
       if (tid == 128) w4a16::grid_barrier(p.grid_barrier, gridDim.x);
       ptx::named_barrier_sync(1, kConsumerThreads);
-      w4a16::finalize_sum_slots<kConsumerThreads, uint16_t>(p, tid - 128);
+      w4a16::finalize_sum_slots<kConsumerThreads>(p, tid - 128);
     }
   }
 #else

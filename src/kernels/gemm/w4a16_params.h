@@ -52,10 +52,10 @@ struct W4a16GemmParams {
   const int* row_token = nullptr;      // [permuted row] -> token
   const int* pair_row = nullptr;       // [token][slot] -> permuted row
   int slots = 0;                       // slots per token (top-k, +1 with a shared expert)
-  float* rows_out = nullptr;           // decode family: rows [permuted row][rows] fp32, unweighted
-  // prefill family: the same rows in bf16 (half the bytes written in phase 1 and read in phase
-  // 2; at glm5 T = 16384 they are 1.6 GB in fp32). The routing weights are applied in phase 2.
-  uint16_t* rows_out_bf16 = nullptr;
+  // rows [permuted row][rows] in bf16, unweighted (the routing weights are applied in phase 2);
+  // bf16 halves the bytes written in phase 1 and read back in phase 2 (at glm5 T = 16384 they
+  // were 3.2 GB each way in fp32)
+  uint16_t* rows_out = nullptr;
   // prefill family: [count, generation] of the barrier between the finalize's phase 1 (the
   // rows) and phase 2 (slot sums), count zero between launches; the decode family leaves phase 2
   // to the next launch (kernels/moe/finalize_slots.h)

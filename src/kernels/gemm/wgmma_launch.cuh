@@ -24,8 +24,8 @@ W4a16Kernel make_w4a16_wgmma_kernel() {
   k.tile_floats = 0;  // no stream-K partials
   k.launch = [](const W4a16GemmParams& p, int grid, int smem, bool pdl, cudaStream_t stream) {
     FP4MOE_CHECK(p.gather == nullptr, "w4a16_wgmma reads contiguous token rows: gather them first");
-    FP4MOE_CHECK(kT.epilogue != Epilogue::kFinalize || p.rows_out_bf16 != nullptr,
-                 "w4a16_wgmma finalize: no bf16 rows buffer (rows_out_bf16)");
+    FP4MOE_CHECK(kT.epilogue != Epilogue::kFinalize || p.rows_out != nullptr,
+                 "w4a16_wgmma finalize: no rows buffer (rows_out)");
     const int64_t pitch = fragment_order_pitch(p.k);
     FP4MOE_CHECK(p.x_stride >= pitch, "w4a16_wgmma: token rows of ", p.k, " K in fragment order need a pitch of ",
                  pitch, " elements, got ", p.x_stride);

@@ -13,11 +13,11 @@
 
 namespace fp4moe::kernels {
 
-// out[t][0, rows) bf16 = sum over s < slots of row_weight[r] * rows_out[r][0, rows) with
-// r = pair_row[t][s], t < tokens;
-// rows a multiple of 4, pointers 16-byte aligned. pdl: a programmatic dependent launch
-// (sm_90+) that waits for FC2 inside. Checks the launch; never synchronizes.
-void launch_finalize_slots(const float* rows_out, const float* row_weight, const int* pair_row, int slots,
+// out[t][0, rows) bf16 = sum over s < slots of row_weight[r] * rows_out[r][0, rows) (bf16 rows,
+// fp32 sum) with r = pair_row[t][s], t < tokens; rows a multiple of 8, pointers 16-byte
+// aligned. pdl: a programmatic dependent launch (sm_90+) that waits for FC2 inside. Checks the
+// launch; never synchronizes.
+void launch_finalize_slots(const uint16_t* rows_out, const float* row_weight, const int* pair_row, int slots,
                            int64_t tokens, int64_t rows, uint16_t* out, bool pdl, cudaStream_t stream);
 
 }  // namespace fp4moe::kernels
