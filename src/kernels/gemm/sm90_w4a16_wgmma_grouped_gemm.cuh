@@ -99,6 +99,16 @@ struct WgmmaWidths {
     return w;
   }
 
+  // Ascending multiples of 8 in [8, 256] (wgmma's N), and narrowest() picks each of them for the
+  // token counts it covers.
+  static constexpr bool valid() {
+    for (int i = 0; i < kCount; ++i) {
+      if (at(i) % 8 != 0 || at(i) < 8 || at(i) > 256 || (i > 0 && at(i) <= at(i - 1))) return false;
+      if (narrowest(at(i)) != at(i) || narrowest(i > 0 ? at(i - 1) + 1 : 1) != at(i)) return false;
+    }
+    return true;
+  }
+
   // Issues one stage's 4 wgmma (k steps of 16) at narrowest(tokens), picked by bisection; each
   // width's whole fence-issue-commit sequence in its own branch (a branch between the wgmma
   // serializes them).
@@ -163,7 +173,8 @@ struct W4a16WgmmaTraits {
   static_assert(kT.epilogue == Epilogue::kSwiglu || kT.epilogue == Epilogue::kFinalize,
                 "the prefill family serves FC1 (swiglu) and FC2 (finalize) only");
   static_assert(kStageBytes % 1024 == 0, "stages keep the swizzled tiles 1024-byte aligned");
-  static_assert(Widths::at(Widths::kCount - 1) == kTokens, "the widths end at the tile");
+  static_assert(Widths::valid() && Widths::at(Widths::kCount - 1) == kTokens,
+                "the widths: ascending multiples of 8 that end at the tile");
 
   // Beyond the stages: 2 barriers per stage; the unit ring (the unit a stage starts, 4 B per
   // stage); the unit prefix (4 B per group + 1); the scan's warp sums. The first 1024 bytes are
