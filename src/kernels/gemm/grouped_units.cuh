@@ -122,9 +122,11 @@ __device__ __forceinline__ void store_row_pair_bf16(const W4a16GemmParams& p, in
 // (with glm5-tp8's FC2, K = 256, every K group ends a unit), while here the threads of a token
 // share its slots' weights through L1. kThreads threads of each CTA take part, `thread` being
 // this one's index among them.
+inline constexpr int kFinalizeRowsPerThread = 8;  // bf16 rows: one 16-byte load per slot
+
 template <int kThreads>
 __device__ void finalize_sum_slots(const W4a16GemmParams& p, int thread) {
-  constexpr int kPer = 8;  // bf16 rows per thread
+  constexpr int kPer = kFinalizeRowsPerThread;
   // A token's slots are loaded kBatch at a time before any is added: one slot after another,
   // each sum waited a dependent chain of three global loads (row, weight, values), and the
   // prefill FC2 spent ~38% of its warp samples here and at the barrier before it (ncu, glm5,

@@ -37,7 +37,7 @@ void launch_finalize_slots(const uint16_t* rows_out, const float* row_weight, co
   p.rows = static_cast<int>(rows);
   p.x_rows = tokens * slots;
   p.out = out;
-  const int64_t work = tokens * (rows / 8);
+  const int64_t work = tokens * (rows / w4a16::kFinalizeRowsPerThread);  // threads with a share
   const int grid = static_cast<int>(std::min<int64_t>((work + kThreads - 1) / kThreads, int64_t{sms} * 8));
   launch_kernel(&finalize_slots_kernel, dim3(grid), dim3(kThreads), 0, pdl, stream, p);
 }
