@@ -169,9 +169,11 @@ std::vector<Tactic> compiled_w4a16_tactics() {
   v.push_back(Tactic{Family::kW4a16Mma, 128, 32, 256, 3, 4, 1, Epilogue::kNone, false});
   // The prefill family (sm_90a): 128 rows, 64 K per stage; stages fill about 195-200 KB (the
   // deeper ring hides the copy latency of a loaded memory system; the rest of 227 KB is left to
-  // the scheduler's per-expert prefix).
+  // the scheduler's per-expert prefix), or, with 7 stages of 64 tokens, half of it: two CTAs
+  // per SM (W4a16WgmmaTraits::kCtasPerSm).
   for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize})
-    for (const auto& [tokens, stages] : {std::pair{64, 14}, std::pair{128, 9}, std::pair{256, 5}})
+    for (const auto& [tokens, stages] :
+         {std::pair{64, 14}, std::pair{64, 7}, std::pair{128, 9}, std::pair{256, 5}})
       v.push_back(Tactic{Family::kW4a16Wgmma, 128, tokens, 64, stages, 12, 1, ep, false});
   return v;
 }

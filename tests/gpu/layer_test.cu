@@ -185,8 +185,8 @@ TEST(GpuLayer, PrefillFamilyMatchesReferenceOnGlm5) {
   std::vector<Tactic> fc1, fc2;
   for (const Tactic& t : tactics_of(Epilogue::kSwiglu)) if (t.family == Family::kW4a16Wgmma) fc1.push_back(t);
   for (const Tactic& t : tactics_of(Epilogue::kFinalize)) if (t.family == Family::kW4a16Wgmma) fc2.push_back(t);
-  ASSERT_EQ(fc1.size(), 3u);
-  ASSERT_EQ(fc2.size(), 3u);
+  ASSERT_EQ(fc1.size(), 4u);
+  ASSERT_EQ(fc2.size(), 4u);
   uint64_t seed = 3000;
   for (int64_t tokens : {128, 1000, 4096, 16384}) {
     const std::vector<float> hidden = make_hidden_states(tokens, cfg.hidden, ++seed);

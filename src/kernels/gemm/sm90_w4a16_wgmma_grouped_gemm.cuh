@@ -20,7 +20,7 @@
 //     group of the stage, dequantizes it into the 4 A fragments of the stage's 4 k steps (the
 //     decode family's bit trick) and issues the 4 wgmma; they run asynchronously while the same
 //     warps dequantize the next stage into the other of two register buffers;
-//   - persistent CTAs (one per SM) take the units (expert, token tile, 128-row block) in order
+//   - persistent CTAs (one per SM, two for the 64-token tile where they fit) take the units (expert, token tile, 128-row block) in order
 //     from a global ticket counter, so units start in order however long each took (a static
 //     stride drifts apart: an expert's last, narrow tile finishes early). Consecutive units
 //     are the row blocks of one token tile: the CTAs reading the same tokens run together and
@@ -29,8 +29,8 @@
 //     next unit's loads; the producer passes each unit to the consumers in a ring beside the
 //     stages;
 //   - FC2's finalize is the kernel's second phase: the consumers store their rows (unweighted)
-//     as units complete; once every CTA has passed a grid barrier (all CTAs are resident: one
-//     per SM, as many as the GPU holds), all 384 threads of every CTA sum each token's slots
+//     as units complete; once every CTA has passed a grid barrier (all CTAs are resident: the
+//     grid is as many as the GPU holds), the consumers of every CTA sum each token's slots
 //     in slot order (bitwise reproducible) - a coalesced pass over the rows that keeps every
 //     SM's loads in flight, where per-unit arrival counting would serialize on latency.
 //
@@ -67,6 +67,7 @@
 #include "kernels/common/sm90_wgmma_rs.cuh"
 #include "kernels/gemm/grouped_units.cuh"
 #include "kernels/gemm/w4a16_params.h"
+#include "kernels/moe/routing.cuh"
 
 namespace fp4moe::kernels {
 
@@ -188,15 +189,37 @@ struct W4a16WgmmaTraits {
     return kAlignSlack + kStages * kStageBytes + kBarrierBytes + kUnitRingBytes + prefix_bytes(experts) +
            kSchedulerScratch;
   }
+
+  // CTAs per SM. A consumer's stage is a dependent chain (wait for the stage, load and
+  // dequantize, four wgmma, retire the previous stage) that two warpgroups per SM do not hide
+  // when the wgmma are short: at 32 tokens per expert a stage took ~5x its tensor time (ncu,
+  // glm5, T = 1024, m128n128: 746 cycles a stage, 144 of them tensor work; issue 42% busy). So
+  // where two CTAs' stages fit in an SM's shared memory (the H200's 228 KB, 1 KB reserved per
+  // CTA) and their registers in its 64 K, two share it: four consumer warpgroups. That is the
+  // 64-token tile with 7 stages: 65536 / (2 x 384) = 80 registers at launch, and ptxas fits its
+  // consumers (32 accumulators, two stages of A fragments, 32) in them without spilling. (The
+  // 128-token tile's 64 accumulators do not: ptxas stops at its wgmma, "insufficient registers
+  // (80)", even with one fragment buffer.) setmaxnreg keeps the one-CTA split (168 at launch,
+  // producers 40, consumers 232) and moves 32 / 104 here ((80 - 32) x 128 = (104 - 80) x 256).
+  static constexpr int kCtasPerSm =
+      kTokens == 64 && 2 * (dynamic_smem_bytes(kMaxRoutedExperts + 1) + 1024) <= 228 * 1024 ? 2 : 1;
+  static constexpr int kProducerRegs = kCtasPerSm == 2 ? 32 : 40;
+  static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 104 : 232;
+  static constexpr int kLaunchRegs = kCtasPerSm == 2 ? 80 : 168;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= kLaunchRegs * kThreads,
+                "setmaxnreg moves registers within the CTA's launch allocation");
+  static_assert(kLaunchRegs * kThreads * kCtasPerSm <= 65536, "the CTAs' registers fit an SM");
 };
 
-// kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each; setmaxnreg
+// kCode = encode_tactic(tactic). One CTA per SM (two for the 64-token tile with 7 stages, at 80
+// registers: kCtasPerSm), 384 threads at 168 registers each; setmaxnreg
 // then moves registers from the producer warpgroup (40: one warp issues copies) to the two
 // consumers (232: kTokens / 2 accumulators, up to 128, two stages of A fragments, 32, and the
 // dequantization's temporaries; 128 x 40 + 256 x 232 <= 64 K registers). FC2's finalize phase
 // runs on the consumers alone, at their 232.
 template <unsigned long long kCode>
-__global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
+__global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
+                                  W4a16WgmmaTraits<decode_tactic(kCode)>::kCtasPerSm)
     w4a16_wgmma_grouped_gemm_kernel(const W4a16GemmParams p, const __grid_constant__ WgmmaMaps maps) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   namespace sm90 = ptx::sm90;
@@ -233,7 +256,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
   const int64_t expert_sbytes = static_cast<int64_t>(p.rowtiles) * p.kgroups * 256;
 
   if (warpgroup == 0) {
-    sm90::setmaxnreg_dec<40>();
+    sm90::setmaxnreg_dec<Tr::kProducerRegs>();
     if (warp == 0) {
       // ===================== producer: lane 0 arms each stage, one lane per row tile copies ==
       int slot = 0;
@@ -292,7 +315,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 1)
     // setmaxnreg.inc here hung under compute-sanitizer).
   } else {
     // ===================== consumers: dequantize, wgmma, epilogue ==============================
-    sm90::setmaxnreg_inc<232>();
+    sm90::setmaxnreg_inc<Tr::kConsumerRegs>();
     const int cw = warpgroup - 1;  // consumer 0: tile rows 0-63, consumer 1: rows 64-127
     const int wl = warp & 3;       // warp in the warpgroup: row tile 4 cw + wl of the block
     const int g = lane >> 2, t = lane & 3;
