@@ -11,12 +11,21 @@
 namespace fp4moe {
 
 // Dispatch between the families (sm_90a only; elsewhere the decode family always): the prefill
-// family w4a16_wgmma from a mean of kPrefillMinTokens routed tokens per expert (T * k / E),
-// with token tiles of 256 from kPrefillN256MinTokens, else 128. Measured on the H200 for glm5
-// (docs/HEURISTIC.md has the table): at 32 tokens per expert (T = 1024) the prefill family's
-// 128-token tile is 4% faster than the decode family's best, at 16 (T = 512) 1.6x slower; the
-// 256-token tile wins from 128 per expert (22%), loses at 64 (5%).
-inline constexpr double kPrefillMinTokens = 32;
+// family w4a16_wgmma from a mean of prefill_min_tokens(cfg) routed tokens per expert (T * k / E):
+// kPrefillMinTokens, or kPrefillMinTokensNarrow for experts narrower than kPrefillWideExpert
+// (the intermediate size; FC2's K). Token tiles of 64 (7 stages, two CTAs per SM) below
+// kPrefillN128MinTokens, of 128 below kPrefillN256MinTokens, else 256. Measured on the H200,
+// both GEMMs forced, two rounds in one process (docs/HEURISTIC.md has the tables): at 16 tokens
+// per expert (T = 512) the two-CTA 64-token tile is 4-6% faster than the decode family's
+// 16-token tile on glm5 (I = 2048) but 20% slower on glm5-tp8 (I = 256: FC2's units are 4
+// stages long and the prefill path's token gather is a fixed cost its small GEMMs do not hide);
+// at 24 (T = 768) 1.3x faster on glm5 and level on glm5-tp8. Against the 128-token tile it is
+// 1.18x (glm5) and 1.3x (glm5-tp8) faster at 32 (T = 1024), 5-8% / 1.23x at 48, and 11-13%
+// slower at 64 (glm5, T = 2048); the 256-token tile wins from 128 per expert (22%), loses at 64.
+inline constexpr double kPrefillMinTokens = 16;
+inline constexpr double kPrefillMinTokensNarrow = 24;
+inline constexpr int64_t kPrefillWideExpert = 1024;
+inline constexpr double kPrefillN128MinTokens = 56;
 inline constexpr double kPrefillN256MinTokens = 96;
 
 // Decode token tile, from mean = T * k / E: 8 up to kDecodeN8MaxMean, 16 up to kDecodeN16MaxMean,
@@ -28,6 +37,7 @@ inline constexpr double kDecodeN8MaxMean = 6;
 inline constexpr double kDecodeN16MaxMean = 32;
 // 8 warps per CTA instead of 4 while fewer than one expert in ten holds a token.
 inline constexpr double kDecodeEightWarpsBelowMean = 0.1;
+double prefill_min_tokens(const MoeConfig& cfg);
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens);
 // The tactic for one GEMM: the prefill family where the rule above takes it; otherwise the
 // decode family's: token tile as above, 128 weight rows, 4 warps

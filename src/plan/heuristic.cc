@@ -23,15 +23,21 @@ Tactic decode_tactic(int tokens, double mean, Epilogue ep) {
   return Tactic{Family::kW4a16Mma, 128, tokens, 256, stages, warps, 1, ep, false};
 }
 
-// The prefill family's tactic for a mean of `mean` tokens per expert: 256-token tiles (5 stages)
-// or 128 (9 stages), about 195 KB of stages each. (The 64-token tile, compiled for the tuner,
-// never measured fastest on glm5.)
+// The prefill family's tactic for a mean of `mean` tokens per expert: 64-token tiles with 7
+// stages (two CTAs per SM: four consumer warpgroups hide each other's per-stage chains, which
+// bound the short wgmma of few tokens per expert), 128 (9 stages) or 256 (5 stages), about
+// 195-205 KB of shared memory per SM each.
 Tactic prefill_tactic(double mean, Epilogue ep) {
-  const bool wide = mean >= kPrefillN256MinTokens;
-  return Tactic{Family::kW4a16Wgmma, 128, wide ? 256 : 128, 64, wide ? 5 : 9, 12, 1, ep, false};
+  const int tokens = mean < kPrefillN128MinTokens ? 64 : mean < kPrefillN256MinTokens ? 128 : 256;
+  const int stages = tokens == 64 ? 7 : tokens == 128 ? 9 : 5;
+  return Tactic{Family::kW4a16Wgmma, 128, tokens, 64, stages, 12, 1, ep, false};
 }
 
 }  // namespace
+
+double prefill_min_tokens(const MoeConfig& cfg) {
+  return cfg.intermediate >= kPrefillWideExpert ? kPrefillMinTokens : kPrefillMinTokensNarrow;
+}
 
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens) {
   const double mean = static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
@@ -45,7 +51,7 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
   mo.experts = cfg.num_experts + (cfg.has_shared_expert() ? 1 : 0);
   const auto fits = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).fits; };
   const double mean = static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
-  if (gpu.has_wgmma() && mean >= kPrefillMinTokens) {
+  if (gpu.has_wgmma() && mean >= prefill_min_tokens(cfg)) {
     const Tactic prefill = prefill_tactic(mean, ep);
     if (fits(prefill)) return prefill;
   }

@@ -34,13 +34,20 @@ TEST(Heuristic, PlansOnTheH200) {
   EXPECT_EQ(fc2(1), "w4a16_mma:m128n8k256:s3:w8:sk1:finalize");
   EXPECT_EQ(fc2(128), "w4a16_mma:m128n8k256:s3:w4:sk1:finalize");  // 3 CTAs/SM, not 2
   EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
-  EXPECT_EQ(fc2(512), "w4a16_mma:m128n16k256:s2:w4:sk1:finalize");
-  EXPECT_EQ(fc1(glm5, 1023, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
-  // From 32 tokens per expert the prefill family (sm_90a), 256-token tiles from 96.
-  EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_wgmma:m128n128k64:s9:w12:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 511, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
+  EXPECT_EQ(fc2(511), "w4a16_mma:m128n16k256:s2:w4:sk1:finalize");
+  // From 16 tokens per expert the prefill family (sm_90a): 64-token tiles two CTAs per SM, 128
+  // from 56, 256 from 96.
+  EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_wgmma:m128n64k64:s7:w12:sk1:swiglu");
+  // Narrow experts (glm5-tp8, I = 256) from 24.
+  const MoeConfig tp8 = MoeConfig::preset("glm5-tp8");
+  EXPECT_EQ(fc1(tp8, 767, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(tp8, 768, "h200"), "w4a16_wgmma:m128n64k64:s7:w12:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_wgmma:m128n64k64:s7:w12:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1024, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m128n128k64:s9:w12:sk1:finalize");
+            "w4a16_wgmma:m128n64k64:s7:w12:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 1791, "h200"), "w4a16_wgmma:m128n64k64:s7:w12:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 1792, "h200"), "w4a16_wgmma:m128n128k64:s9:w12:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 3071, "h200"), "w4a16_wgmma:m128n128k64:s9:w12:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 3072, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 65536, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
