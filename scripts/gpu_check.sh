@@ -24,9 +24,10 @@ fi
 if has sanitize; then
   echo "== compute-sanitizer"
   small='GpuLayer.RepeatedRunsAreBitwiseIdentical:Dequant.*:Prepack*16x256*:Modes/GpuRouting.*T64*'
-  # And the layer from the CLI on a small shape: T = 5 (decode family), T = 300 (75 tokens per
-  # expert: the prefill family on sm_90a), each against the float64 reference.
-  for t in 5 300; do
+  # And the layer from the CLI on a small shape: T = 5 (decode family), T = 100 and 300 (25 and 75
+  # tokens per expert: the prefill family's two-CTA 64-token tile and its 128-token tile on
+  # sm_90a), each against the float64 reference.
+  for t in 5 100 300; do
     timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/fp4moe" run --hidden 512 --intermediate 256 \
       --shared-intermediate 256 --experts 8 --top-k 2 --device gpu --compare-reference -t $t > "$out/memcheck_run_$t.log" 2>&1
     echo "memcheck fp4moe run T=$t exit $?"; grep -E "ERROR SUMMARY|relative" "$out/memcheck_run_$t.log"
@@ -75,7 +76,7 @@ if has families; then
     timeout 200 "$bin/fp4moe" bench --preset glm5 --tokens $ts --no-cache --no-baseline \
       --json "$out/fam_dispatched_$round.json" > /dev/null 2>&1
     for t in w4a16_mma:m128n8k256:s3:w4:sk1 w4a16_mma:m128n16k256:s2:w4:sk1 w4a16_mma:m128n32k256:s3:w4:sk1 \
-             w4a16_mma:m128n64k256:s3:w8:sk1 w4a16_wgmma:m128n64k64:s14:w12:sk1 w4a16_wgmma:m128n128k64:s9:w12:sk1 \
+             w4a16_mma:m128n64k256:s3:w8:sk1 w4a16_wgmma:m128n64k64:s14:w12:sk1 w4a16_wgmma:m128n64k64:s7:w12:sk1 w4a16_wgmma:m128n128k64:s9:w12:sk1 \
              w4a16_wgmma:m128n256k64:s5:w12:sk1; do
       timeout 200 "$bin/fp4moe" bench --preset glm5 --tokens $ts --no-cache --no-baseline --fc1 "$t:swiglu" \
         --fc2 "$t:finalize" --json "$out/fam_$(echo "$t" | tr ':' '_')_$round.json" > /dev/null 2>&1
