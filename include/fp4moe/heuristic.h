@@ -35,13 +35,19 @@ inline constexpr double kPrefillN256MinTokens = 96;
 // (mean + 2 sqrt(mean) + 1) and ran 7-12% slower at T = 128, 256 and 512.
 inline constexpr double kDecodeN8MaxMean = 6;
 inline constexpr double kDecodeN16MaxMean = 32;
-// 8 warps per CTA instead of 4 while fewer than one expert in ten holds a token.
-inline constexpr double kDecodeEightWarpsBelowMean = 0.1;
+// The 8-token tile with 2 stages while at most one expert in eight holds a token (T <= 4 for
+// E = 256, k = 8): 4 CTAs of 4 warps on an H200 SM instead of 2 of 8 (3 stages), twice the
+// stream-K ranges, each half as long - at these sizes every CTA is a short chain of memory
+// latencies. Both GEMMs forced, two rounds in one process (H200): glm5 T = 1 78.6/78.7 ->
+// 75.0/74.7 us, T = 2 121.6/122.0 -> 115.9/116.2, T = 4 192.1/192.4 -> 192.2/191.7; glm5-tp8
+// T = 1 38.5/38.5 -> 36.9/36.5, T = 2 41.8/41.7 -> 39.8/39.7, T = 4 49.8/50.3 -> 46.3/46.1.
+// (At T = 16 it is 1% slower on glm5, 2.6% faster on glm5-tp8; the rule stops at 4.)
+inline constexpr double kDecodeTwoStagesMaxMean = 0.125;
 double prefill_min_tokens(const MoeConfig& cfg);
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens);
 // The tactic for one GEMM: the prefill family where the rule above takes it; otherwise the
-// decode family's: token tile as above, 128 weight rows, 4 warps
-// (8 below kDecodeEightWarpsBelowMean and for the 64-token tile), the compiled stages; where
+// decode family's: token tile as above, 128 weight rows, 4 warps (8 for the 64-token tile),
+// the compiled stages (2 up to kDecodeTwoStagesMaxMean); where
 // the resource model says that does not fit on `gpu`, the fitting compiled tactic with the
 // largest token tile not above it (then most rows, then most warps).
 // (The family schedules stream-K over all resident CTAs, so no split-K factor is chosen.)

@@ -28,10 +28,11 @@ TEST(Heuristic, PlansOnTheH200) {
   const MoeConfig glm5 = MoeConfig::glm5();
   const auto fc2 = [&](int64_t t) { return format_tactic(heuristic_plan(glm5, t, resolve_gpu("h200")).fc2); };
   // The tuner's winners at these buckets (docs/measurements/h200_glm5_tune.json).
-  EXPECT_EQ(fc1(glm5, 1, "h200"), "w4a16_mma:m128n8k256:s3:w8:sk1:swiglu");  // 3 stages: 3 CTAs/SM
-  EXPECT_EQ(fc1(glm5, 4, "h200"), "w4a16_mma:m128n8k256:s3:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 1, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");  // 2 stages to T = 4
+  EXPECT_EQ(fc1(glm5, 4, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 5, "h200"), "w4a16_mma:m128n8k256:s3:w4:sk1:swiglu");  // 3 stages: 3 CTAs/SM
   EXPECT_EQ(fc1(glm5, 128, "h200"), "w4a16_mma:m128n8k256:s3:w4:sk1:swiglu");
-  EXPECT_EQ(fc2(1), "w4a16_mma:m128n8k256:s3:w8:sk1:finalize");
+  EXPECT_EQ(fc2(1), "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
   EXPECT_EQ(fc2(128), "w4a16_mma:m128n8k256:s3:w4:sk1:finalize");  // 3 CTAs/SM, not 2
   EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 511, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
@@ -64,9 +65,11 @@ TEST(Heuristic, FallsBackToWhatFitsOnSm120) {
   // fitting token tile not above the rule's is taken, never a tactic that cannot launch (the
   // 128 x 16 tile with its 2 stages, 54 KB).
   const MoeConfig glm5 = MoeConfig::glm5();
-  EXPECT_EQ(fc1(glm5, 1, "rtx-pro-6000"), "w4a16_mma:m128n8k256:s4:w8:sk1:swiglu");  // s3: still 1 CTA/SM
+  // The two-stage rule (T <= 4) fits there: 45 KB, two CTAs per SM.
+  EXPECT_EQ(fc1(glm5, 1, "rtx-pro-6000"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1, resolve_gpu("rtx-pro-6000")).fc2),
-            "w4a16_mma:m128n8k256:s4:w8:sk1:finalize");
+            "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 8, "rtx-pro-6000"), "w4a16_mma:m128n8k256:s4:w4:sk1:swiglu");  // s3: still 1 CTA/SM
   EXPECT_EQ(fc1(glm5, 256, "rtx-pro-6000"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 4096, "rtx-pro-6000"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
 }
