@@ -20,14 +20,14 @@
 //     group of the stage, dequantizes it into the 4 A fragments of the stage's 4 k steps (the
 //     decode family's bit trick) and issues the 4 wgmma; they run asynchronously while the same
 //     warps dequantize the next stage into the other of two register buffers;
-//   - persistent CTAs (one per SM, two for the 64-token tile where they fit) take the units (expert, token tile, 128-row block) in order
-//     from a global ticket counter, so units start in order however long each took (a static
-//     stride drifts apart: an expert's last, narrow tile finishes early). Consecutive units
-//     are the row blocks of one token tile: the CTAs reading the same tokens run together and
-//     find them in L2 (the token tile, 8x the bytes of a weight tile per stage, is the traffic
-//     to share). The pipeline runs on across unit boundaries, so a unit's epilogue overlaps the
-//     next unit's loads; the producer passes each unit to the consumers in a ring beside the
-//     stages;
+//   - persistent CTAs (one per SM, two for the 64-token tile where they fit: kCtasPerSm) take
+//     the units (expert, token tile, 128-row block) in order from a global ticket counter, so
+//     units start in order however long each took (a static stride drifts apart: an expert's
+//     last, narrow tile finishes early). Consecutive units are the row blocks of one token
+//     tile: the CTAs reading the same tokens run together and find them in L2 (the token tile,
+//     8x the bytes of a weight tile per stage, is the traffic to share). The pipeline runs on
+//     across unit boundaries, so a unit's epilogue overlaps the next unit's loads; the
+//     producer passes each unit to the consumers in a ring beside the stages;
 //   - FC2's finalize is the kernel's second phase: the consumers store their rows (unweighted)
 //     as units complete; once every CTA has passed a grid barrier (all CTAs are resident: the
 //     grid is as many as the GPU holds), the consumers of every CTA sum each token's slots
@@ -211,12 +211,11 @@ struct W4a16WgmmaTraits {
   static_assert(kLaunchRegs * kThreads * kCtasPerSm <= 65536, "the CTAs' registers fit an SM");
 };
 
-// kCode = encode_tactic(tactic). One CTA per SM (two for the 64-token tile with 7 stages, at 80
-// registers: kCtasPerSm), 384 threads at 168 registers each; setmaxnreg
-// then moves registers from the producer warpgroup (40: one warp issues copies) to the two
-// consumers (232: kTokens / 2 accumulators, up to 128, two stages of A fragments, 32, and the
-// dequantization's temporaries; 128 x 40 + 256 x 232 <= 64 K registers). FC2's finalize phase
-// runs on the consumers alone, at their 232.
+// kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each (two CTAs at
+// 80 where kCtasPerSm says so); setmaxnreg then moves registers from the producer warpgroup
+// (40: one warp issues copies) to the two consumers (232: kTokens / 2 accumulators, up to 128,
+// two stages of A fragments, 32, and the dequantization's temporaries; 128 x 40 + 256 x 232
+// <= 64 K registers). FC2's finalize phase runs on the consumers alone, at their 232.
 template <unsigned long long kCode>
 __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
                                   W4a16WgmmaTraits<decode_tactic(kCode)>::kCtasPerSm)
