@@ -6,14 +6,16 @@
 # that chose the token width once per unit ran 5-8% slower at T = 4096-16384). C7511 is an
 # info message that no --warning-as-error turns into an error, so this compiles the two
 # prefill instantiation files for sm_90a with ptxas -v and looks for it.
-#   scripts/check_wgmma_serialization.sh NVCC SOURCE_DIR BINARY_DIR
+#   scripts/check_wgmma_serialization.sh NVCC INST_DIR FLAGS...
+# FLAGS: the library target's include directories and definitions (-I..., -D...), which the
+# CTest takes from the target itself.
 set -u
-nvcc=$1 src=$2 bin=$3
+nvcc=$1 inst=$2
+shift 2
 status=0
 for f in wgmma_swiglu wgmma_finalize; do
-  out=$("$nvcc" -DFP4MOE_WITH_CUDA=1 -I"$src/include" -I"$bin/include" -I"$src/src" -O3 -DNDEBUG -std=c++20 \
-    --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Xptxas -v \
-    -c "$src/src/kernels/inst/$f.cu" -o /dev/null 2>&1) || { echo "$out" | tail -20; exit 1; }
+  out=$("$nvcc" "$@" -O3 -DNDEBUG -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a \
+    -Xptxas -v -c "$inst/$f.cu" -o /dev/null 2>&1) || { echo "$out" | tail -20; exit 1; }
   if echo "$out" | grep -q "C7511"; then
     echo "$f.cu: ptxas serializes wgmma:"
     echo "$out" | grep "C7511"
