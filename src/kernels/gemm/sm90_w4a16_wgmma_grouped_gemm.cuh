@@ -201,8 +201,11 @@ struct W4a16WgmmaTraits {
   // 128-token tile's 64 accumulators do not: ptxas stops at its wgmma, "insufficient registers
   // (80)", even with one fragment buffer.) setmaxnreg keeps the one-CTA split (168 at launch,
   // producers 40, consumers 232) and moves 32 / 104 here ((80 - 32) x 128 = (104 - 80) x 256).
+  static constexpr int kSm90SmemPerSm = 233472, kSmemReservedPerCta = 1024;  // as hw/gpu_table.cc
   static constexpr int kCtasPerSm =
-      kTokens == 64 && 2 * (dynamic_smem_bytes(kMaxRoutedExperts + 1) + 1024) <= 228 * 1024 ? 2 : 1;
+      kTokens == 64 && 2 * (dynamic_smem_bytes(kMaxRoutedExperts + 1) + kSmemReservedPerCta) <= kSm90SmemPerSm
+          ? 2
+          : 1;
   static constexpr int kProducerRegs = kCtasPerSm == 2 ? 32 : 40;
   static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 104 : 232;
   static constexpr int kLaunchRegs = kCtasPerSm == 2 ? 80 : 168;
