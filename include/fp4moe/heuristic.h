@@ -43,11 +43,17 @@ inline constexpr double kDecodeN16MaxMean = 32;
 // T = 1 38.5/38.5 -> 36.9/36.5, T = 2 41.8/41.7 -> 39.8/39.7, T = 4 49.8/50.3 -> 46.3/46.1.
 // (At T = 16 it is 1% slower on glm5, 2.6% faster on glm5-tp8; the rule stops at 4.)
 inline constexpr double kDecodeTwoStagesMaxMean = 0.125;
+// ... and at every mean for experts narrower than this (the intermediate size: FC2's K, one K
+// group per unit at glm5-tp8's 256). Dispatched, two rounds in one process (H200), the 8-token
+// tile with 2 stages against 3: glm5-tp8 T = 8 69.3/70.0 -> 66.6/66.7 us, T = 16 101.3/101.7 ->
+// 98.4/98.4, T = 32 142.8/144.0 -> 141.2/141.1, T = 64 and 128 level; on glm5 (I = 2048) it was
+// 0.5-1.6% slower at T = 8..64, hence the width.
+inline constexpr int64_t kDecodeNarrowExpert = 1024;
 double prefill_min_tokens(const MoeConfig& cfg);
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens);
 // The tactic for one GEMM: the prefill family where the rule above takes it; otherwise the
 // decode family's: token tile as above, 128 weight rows, 4 warps (8 for the 64-token tile),
-// the compiled stages (2 up to kDecodeTwoStagesMaxMean); where
+// the compiled stages (2 up to kDecodeTwoStagesMaxMean or below kDecodeNarrowExpert); where
 // the resource model says that does not fit on `gpu`, the fitting compiled tactic with the
 // largest token tile not above it (then most rows, then most warps).
 // (The family schedules stream-K over all resident CTAs, so no split-K factor is chosen.)

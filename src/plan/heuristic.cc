@@ -13,13 +13,14 @@ namespace {
 // the H200 (docs/HEURISTIC.md): 128 weight rows and 4 warps, except 8 warps for the 64-token
 // tile. FC2 takes the same shape: with 3 stages its 128-row 8-token tile is 3-18% faster than
 // the 64-row one at T = 2..128 (glm5, glm5-tp8). Stages: for the 8-token tile 2 while at most
-// one expert in eight holds a token (kDecodeTwoStagesMaxMean: more, shorter stream-K ranges),
-// else 4 (heuristic_tactic takes 3 where that adds a CTA per SM); 2 for the 16-token tile,
+// one expert in eight holds a token (kDecodeTwoStagesMaxMean: more, shorter stream-K ranges) and
+// for experts narrower than kDecodeNarrowExpert, else 4 (heuristic_tactic takes 3 where that adds
+// a CTA per SM); 2 for the 16-token tile,
 // which puts 4 CTAs on an H200 SM instead of 2 (one K group in flight per CTA, four CTAs:
 // 6-10% faster than 4 stages at T = 256, 512 on glm5 and glm5-tp8); 3 for the 32- and 64-token
 // tiles (two CTAs where they fit).
-Tactic decode_tactic(int tokens, double mean, Epilogue ep) {
-  const int stages = tokens == 8 ? (mean <= kDecodeTwoStagesMaxMean ? 2 : 4) : tokens == 16 ? 2 : 3;
+Tactic decode_tactic(int tokens, double mean, bool narrow, Epilogue ep) {
+  const int stages = tokens == 8 ? (mean <= kDecodeTwoStagesMaxMean || narrow ? 2 : 4) : tokens == 16 ? 2 : 3;
   const int warps = tokens == 64 ? 8 : 4;
   return Tactic{Family::kW4a16Mma, 128, tokens, 256, stages, warps, 1, ep, false};
 }
@@ -56,7 +57,8 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
     const Tactic prefill = prefill_tactic(mean, ep);
     if (fits(prefill)) return prefill;
   }
-  const Tactic preferred = decode_tactic(heuristic_token_tile(cfg, tokens), mean, ep);
+  const Tactic preferred =
+      decode_tactic(heuristic_token_tile(cfg, tokens), mean, cfg.intermediate < kDecodeNarrowExpert, ep);
   if (fits(preferred)) {
     // The 8-token tiles are bound by issuing the dequantization as much as by DRAM: one stage
     // fewer, where that lets one more CTA (more warps) onto an SM, measured 2-6% faster on the

@@ -43,6 +43,10 @@ TEST(Heuristic, PlansOnTheH200) {
   // Narrow experts (glm5-tp8, I = 256) from 24.
   const MoeConfig tp8 = MoeConfig::preset("glm5-tp8");
   EXPECT_EQ(fc1(tp8, 767, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
+  // Narrow experts: the 8-token tile with 2 stages at every T it covers.
+  EXPECT_EQ(fc1(tp8, 5, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(tp8, 192, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
+  EXPECT_EQ(format_tactic(heuristic_plan(tp8, 64, resolve_gpu("h200")).fc2), "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
   EXPECT_EQ(fc1(tp8, 768, "h200"), "w4a16_wgmma:m128n64k64:s7:w12:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_wgmma:m128n64k64:s7:w12:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1024, resolve_gpu("h200")).fc2),
