@@ -337,7 +337,7 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   // The prefill family takes whole token tiles by the copy engine: gather FC1's rows first.
   const bool gathered = k1.tactic.family == Family::kW4a16Wgmma;
   if (gathered)
-    kernels::launch_gather_rows(hidden, cfg_.hidden, row_token_.get<int>(), tokens * slots_, cfg_.hidden,
+    kernels::launch_gather_rows(hidden, cfg_.hidden, pair_row_.get<int>(), tokens, slots_, cfg_.hidden,
                                 x_perm_.get<uint16_t>(), pdl, s);
   record(1);
 

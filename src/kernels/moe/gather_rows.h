@@ -11,11 +11,12 @@
 
 namespace fp4moe::kernels {
 
-// out[p] = x[row_token[p]][0, k) in fragment order, row pitch fragment_order_pitch(k), the
-// padding zero, for p in [0, rows); k a multiple of 16, x_stride and the pointers 16-byte
-// aligned. pdl: a programmatic dependent launch (sm_90+) that waits for the routing inside.
+// out[pair_row[t][s]] = x[t][0, k) in fragment order, row pitch fragment_order_pitch(k), the
+// padding zero, for every token t < tokens and slot s < slots (pair_row [tokens][slots], every
+// permuted row named once); k a multiple of 16, x_stride and the pointers 16-byte aligned, at most
+// 64 slots. pdl: a programmatic dependent launch (sm_90+) that waits for the routing inside.
 // Checks the launch; never synchronizes.
-void launch_gather_rows(const uint16_t* x, int64_t x_stride, const int* row_token, int64_t rows, int64_t k,
-                        uint16_t* out, bool pdl, cudaStream_t stream);
+void launch_gather_rows(const uint16_t* x, int64_t x_stride, const int* pair_row, int64_t tokens, int slots,
+                        int64_t k, uint16_t* out, bool pdl, cudaStream_t stream);
 
 }  // namespace fp4moe::kernels
