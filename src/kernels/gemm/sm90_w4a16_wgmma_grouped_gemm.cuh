@@ -398,7 +398,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
         const int64_t pos = p.act_fragment_order ? fragment_order_position(col) : col;
         if (col < p.act_cols) {
 #pragma unroll
-          for (int j = 0; j < kTokens / 8; ++j)
+          for (int j = 0; j < kTokens / 8; ++j) {
+            if (8 * j >= cu.ntok) break;  // the unit's last tokens: the rest of the tile is empty
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
               const int n = 8 * j + 2 * t + i;
@@ -408,16 +409,22 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
                     w4a16::to_bf16_bits(w4a16::silu(gate) * up);
               }
             }
+          }
         }
       } else {
         // Finalize, phase 1: this warpgroup's 64 rows to rows_out (bf16, unweighted).
+        // The unit's tokens only (uniform across the CTA, so the pairs' shuffles stay converged):
+        // a partial tile - most experts' last, at T = 4096 ~136 tokens of the 256-token tile -
+        // stops there instead of running every column's shuffle and predicate.
         const bool odd = g & 1;
 #pragma unroll
-        for (int j = 0; j < kTokens / 8; ++j)
+        for (int j = 0; j < kTokens / 8; ++j) {
+          if (8 * j >= cu.ntok) break;
 #pragma unroll
           for (int h = 0; h < 2; ++h)  // rows g (h = 0) and g + 8 (h = 1)
             w4a16::store_row_pair_bf16(p, cu.tok0, cu.ntok, 8 * j + 2 * t, rt * 16 + (g & ~1) + 8 * h,
                                        acc[4 * j + 2 * h] * ka, acc[4 * j + 2 * h + 1] * ka, odd);
+        }
       }
     }
 
