@@ -104,13 +104,13 @@ ResourceReport model_w4a16_wgmma(const Tactic& t, const GpuSpec& gpu, DataType d
   const int64_t sched = round_up(4 * (t.warps + 1), 16);
   r.stages = t.stages;
   const int64_t barriers = 16 * r.stages;
-  const int64_t ring = round_up(4 * r.stages, 16);
+  const int64_t ring = 32 * r.stages;
   r.kernel_bytes = slack + barriers + ring + prefix + sched;
   r.epilogue_bytes = 0;  // the finalize sums in a second phase, out of global memory
   r.other_items = {
       {"alignment slack: the swizzled tiles need 1024-B alignment", slack},
       {"mbarriers: full + empty per stage, 8 B each", barriers},
-      {"scheduler: unit ring, the unit each stage starts, 4 B per stage, 16-B aligned", ring},
+      {"scheduler: unit ring, the unit each stage starts (decoded, with its global scales), 32 B per stage", ring},
       {"scheduler: unit prefix, 4 B x (" + std::to_string(o.experts) + " groups + 1), 16-B aligned", prefix},
       {"scheduler: scan warp sums, 4 B x (" + std::to_string(t.warps) + " + 1)", sched},
   };

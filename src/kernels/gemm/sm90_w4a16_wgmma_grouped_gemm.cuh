@@ -27,7 +27,8 @@
 //     tile: the CTAs reading the same tokens run together and find them in L2 (the token tile,
 //     8x the bytes of a weight tile per stage, is the traffic to share). The pipeline runs on
 //     across unit boundaries, so a unit's epilogue overlaps the next unit's loads; the
-//     producer passes each unit to the consumers in a ring beside the stages;
+//     producer passes each unit, decoded and with its expert's global scales, to the consumers
+//     in a ring beside the stages;
 //   - FC2's finalize is the kernel's second phase: the consumers store their rows (unweighted)
 //     as units complete; once every CTA has passed a grid barrier (all CTAs are resident: the
 //     grid is as many as the GPU holds), the consumers of every CTA sum each token's slots
@@ -137,6 +138,17 @@ struct WgmmaWidths {
   }
 };
 
+// What the producer hands the consumers beside the first stage of a unit: the unit, decoded, and
+// its expert's global scales. The consumers decoded it again themselves (a binary search over the
+// unit prefix, two global loads) and loaded the scales in the epilogue: a chain of L2 round trips
+// at every unit boundary, while both warpgroups' tensor work waits - FC2's units are 32 stages
+// (glm5, K = 2048), and they took 1.23x FC1's time per FLOP.
+struct WgmmaUnitEntry {
+  int e, rb, tok0, ntok;  // the unit (w4a16::Unit); e = -1: the producer is out of units
+  float ka, kb;           // the global scales x kDequantEpilogueFactor (FC1: gate, up; FC2: ka)
+  int pad[2];             // 32 B: two aligned vector loads
+};
+
 // The kernel's tensor maps: the prepacked weights (a box = one 64-K chunk of a row block's 8 row
 // tiles), and the tokens, one map per box (tokens[i]: wgmma_box_rows(i) rows x 64 K; those wider
 // than the tile are left empty).
@@ -177,12 +189,12 @@ struct W4a16WgmmaTraits {
   static_assert(Widths::valid() && Widths::at(Widths::kCount - 1) == kTokens,
                 "the widths: ascending multiples of 8 that end at the tile");
 
-  // Beyond the stages: 2 barriers per stage; the unit ring (the unit a stage starts, 4 B per
-  // stage); the unit prefix (4 B per group + 1); the scan's warp sums. The first 1024 bytes are
-  // slack for aligning the dynamic allocation.
+  // Beyond the stages: 2 barriers per stage; the unit ring (the unit a stage starts, a
+  // WgmmaUnitEntry per stage); the unit prefix (4 B per group + 1); the scan's warp sums. The
+  // first 1024 bytes are slack for aligning the dynamic allocation.
   static constexpr int kAlignSlack = 1024;
   static constexpr int kBarrierBytes = kStages * 2 * 8;
-  static constexpr int kUnitRingBytes = ((4 * kStages + 15) / 16) * 16;
+  static constexpr int kUnitRingBytes = kStages * static_cast<int>(sizeof(WgmmaUnitEntry));
   static constexpr int prefix_bytes(int experts) { return ((4 * (experts + 1) + 15) / 16) * 16; }
   static constexpr int kSchedulerScratch = ((4 * (kT.warps + 1) + 15) / 16) * 16;
   static constexpr int dynamic_smem_bytes(int experts) {
@@ -234,7 +246,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       (reinterpret_cast<uintptr_t>(smem_raw) + Tr::kAlignSlack - 1) & ~uintptr_t{Tr::kAlignSlack - 1});
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Tr::kStageBytes);
   uint64_t* empty = full + kStages;
-  int* unit_ring = reinterpret_cast<int*>(empty + kStages);  // unit starting at a stage, or -1: done
+  // The unit starting at a stage (e = -1: done); 16-byte aligned (the barriers before it are
+  // 16 B per stage from a 1024-aligned base).
+  WgmmaUnitEntry* unit_ring = reinterpret_cast<WgmmaUnitEntry*>(empty + kStages);
   int* prefix = reinterpret_cast<int*>(reinterpret_cast<uint8_t*>(unit_ring) + Tr::kUnitRingBytes);
   int* warp_sums =
       reinterpret_cast<int*>(reinterpret_cast<uint8_t*>(prefix) + Tr::prefix_bytes(p.num_experts));
@@ -271,6 +285,12 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       int u = take_ticket();
       for (; u < units; u = take_ticket()) {
         const w4a16::Unit cu = w4a16::decode_unit_rows_inner(p, prefix, u, kTokens, row_blocks);
+        // The expert's global scales, for the consumers' epilogue (lane 0 writes the entry).
+        float ka = kDequantEpilogueFactor, kb = kDequantEpilogueFactor;
+        if (lane == 0) {
+          if (p.scale_a) ka = p.scale_a[cu.e] * kDequantEpilogueFactor;
+          if (kT.epilogue == Epilogue::kSwiglu) kb = p.scale_b[cu.e] * kDequantEpilogueFactor;
+        }
         const int rt0 = cu.rb * kRowTiles;
         const int rts = min(kRowTiles, p.rowtiles - rt0);  // row tiles that exist in this block
         const uint8_t* ssrc = p.scales + cu.e * expert_sbytes + static_cast<int64_t>(rt0) * 256;
@@ -288,7 +308,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
           // ~100 cycles (a copy per row tile made the producer the bottleneck at 32 tokens per
           // expert).
           if (lane == 0) {
-            if (ks == 0) unit_ring[slot] = u;  // released by the arrival below
+            if (ks == 0) unit_ring[slot] = WgmmaUnitEntry{cu.e, cu.rb, cu.tok0, cu.ntok, ka, kb, {0, 0}};  // released by the arrival below
             sm90::mbarrier_arrive_expect_tx(&full[slot], stage_bytes);
             sm90::tma_load_3d(st + Tr::kBBytes, &maps.weights, 0, chunk,
                               (cu.e * p.kgroups + kg) * p.rowtiles + rt0, &full[slot]);
@@ -307,7 +327,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       // next launch if this was the last ticket (every CTA draws exactly one ticket >= units).
       sm90::mbarrier_wait(&empty[slot], phase ^ 1);
       if (lane == 0) {
-        unit_ring[slot] = -1;
+        unit_ring[slot].e = -1;
         sm90::mbarrier_arrive(&full[slot]);
         if (u == units + static_cast<int>(gridDim.x) - 1) *p.unit_ticket = 0;
       }
@@ -365,13 +385,13 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
     };
 
     // The unit a stage starts, once its copies are armed (the stage's own wait below passes at
-    // once); -1 when the producer is out of units.
+    // once); e = -1 when the producer is out of units.
     auto next_unit = [&] {
       sm90::mbarrier_wait(&full[slot], phase);
       return unit_ring[slot];
     };
-    for (int u = next_unit(); u >= 0; u = next_unit()) {
-      const w4a16::Unit cu = w4a16::decode_unit_rows_inner(p, prefix, u, kTokens, row_blocks);
+    for (WgmmaUnitEntry entry = next_unit(); entry.e >= 0; entry = next_unit()) {
+      const w4a16::Unit cu{entry.e, entry.rb, entry.tok0, entry.ntok};
       const int width = Tr::Widths::narrowest(cu.ntok);
       // Two stages per trip: the register buffer of each is a compile-time index.
       int ks = 0;
@@ -390,10 +410,10 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
 
       // ---- epilogue: acc[4j + i] = row 16 local_rt + g (+8 for i >= 2), token 8j + 2t + (i & 1)
       const int rt = cu.rb * kRowTiles + local_rt;  // global row tile of this warp
-      const float ka = p.scale_a ? p.scale_a[cu.e] * kDequantEpilogueFactor : kDequantEpilogueFactor;
+      const float ka = entry.ka;
       if constexpr (kT.epilogue == Epilogue::kSwiglu) {
         // Row tile q: gate rows 8q..8q+7 (tile rows 0-7), up rows 8q..8q+7 (rows 8-15).
-        const float kb = p.scale_b[cu.e] * kDequantEpilogueFactor;
+        const float kb = entry.kb;
         const int col = rt * 8 + g;
         const int64_t pos = p.act_fragment_order ? fragment_order_position(col) : col;
         if (col < p.act_cols) {
