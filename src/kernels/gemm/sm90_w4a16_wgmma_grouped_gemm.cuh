@@ -144,10 +144,11 @@ struct WgmmaWidths {
 // at every unit boundary, while both warpgroups' tensor work waits - FC2's units are 32 stages
 // (glm5, K = 2048), and they took 1.23x FC1's time per FLOP.
 struct WgmmaUnitEntry {
-  int e, rb, tok0, ntok;  // the unit (w4a16::Unit); e = -1: the producer is out of units
-  float ka, kb;           // the global scales x kDequantEpilogueFactor (FC1: gate, up; FC2: ka)
-  int pad[2];             // 32 B: two aligned vector loads
+  w4a16::Unit unit;  // unit.e = -1: the producer is out of units
+  float ka, kb;      // the global scales x kDequantEpilogueFactor (FC1: gate, up; FC2: ka)
+  int pad[2];        // 32 B: two aligned vector loads
 };
+static_assert(sizeof(WgmmaUnitEntry) == 32, "the resource model counts 32 B of unit ring per stage");
 
 // The kernel's tensor maps: the prepacked weights (a box = one 64-K chunk of a row block's 8 row
 // tiles), and the tokens, one map per box (tokens[i]: wgmma_box_rows(i) rows x 64 K; those wider
@@ -246,7 +247,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       (reinterpret_cast<uintptr_t>(smem_raw) + Tr::kAlignSlack - 1) & ~uintptr_t{Tr::kAlignSlack - 1});
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * Tr::kStageBytes);
   uint64_t* empty = full + kStages;
-  // The unit starting at a stage (e = -1: done); 16-byte aligned (the barriers before it are
+  // The unit starting at a stage (unit.e = -1: done); 16-byte aligned (the barriers before it are
   // 16 B per stage from a 1024-aligned base).
   WgmmaUnitEntry* unit_ring = reinterpret_cast<WgmmaUnitEntry*>(empty + kStages);
   int* prefix = reinterpret_cast<int*>(reinterpret_cast<uint8_t*>(unit_ring) + Tr::kUnitRingBytes);
@@ -308,7 +309,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
           // ~100 cycles (a copy per row tile made the producer the bottleneck at 32 tokens per
           // expert).
           if (lane == 0) {
-            if (ks == 0) unit_ring[slot] = WgmmaUnitEntry{cu.e, cu.rb, cu.tok0, cu.ntok, ka, kb, {0, 0}};  // released by the arrival below
+            if (ks == 0) unit_ring[slot] = WgmmaUnitEntry{cu, ka, kb, {0, 0}};  // released by the arrival below
             sm90::mbarrier_arrive_expect_tx(&full[slot], stage_bytes);
             sm90::tma_load_3d(st + Tr::kBBytes, &maps.weights, 0, chunk,
                               (cu.e * p.kgroups + kg) * p.rowtiles + rt0, &full[slot]);
@@ -327,7 +328,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       // next launch if this was the last ticket (every CTA draws exactly one ticket >= units).
       sm90::mbarrier_wait(&empty[slot], phase ^ 1);
       if (lane == 0) {
-        unit_ring[slot].e = -1;
+        unit_ring[slot].unit.e = -1;
         sm90::mbarrier_arrive(&full[slot]);
         if (u == units + static_cast<int>(gridDim.x) - 1) *p.unit_ticket = 0;
       }
@@ -385,13 +386,13 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
     };
 
     // The unit a stage starts, once its copies are armed (the stage's own wait below passes at
-    // once); e = -1 when the producer is out of units.
+    // once); unit.e = -1 when the producer is out of units.
     auto next_unit = [&] {
       sm90::mbarrier_wait(&full[slot], phase);
       return unit_ring[slot];
     };
-    for (WgmmaUnitEntry entry = next_unit(); entry.e >= 0; entry = next_unit()) {
-      const w4a16::Unit cu{entry.e, entry.rb, entry.tok0, entry.ntok};
+    for (WgmmaUnitEntry entry = next_unit(); entry.unit.e >= 0; entry = next_unit()) {
+      const w4a16::Unit cu = entry.unit;
       const int width = Tr::Widths::narrowest(cu.ntok);
       // Two stages per trip: the register buffer of each is a compile-time index.
       int ks = 0;
