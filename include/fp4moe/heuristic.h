@@ -10,10 +10,16 @@
 
 namespace fp4moe {
 
+// Experts narrower than this (the intermediate size I, FC2's K: glm5-tp8's 256) take the
+// prefill family later (kPrefillMinTokensNarrow) and the decode family's 8-token tile with 2
+// stages at every mean (kDecodeTwoStagesMaxMean): both rules measured on glm5 (I = 2048)
+// against glm5-tp8.
+inline constexpr int64_t kWideExpert = 1024;
+inline bool narrow_experts(const MoeConfig& cfg) { return cfg.intermediate < kWideExpert; }
+
 // Dispatch between the families (sm_90a only; elsewhere the decode family always): the prefill
 // family w4a16_wgmma from a mean of prefill_min_tokens(cfg) routed tokens per expert (T * k / E):
-// kPrefillMinTokens, or kPrefillMinTokensNarrow for experts narrower than kPrefillWideExpert
-// (the intermediate size; FC2's K). Token tiles of 64 (7 stages, two CTAs per SM) below
+// kPrefillMinTokens, or kPrefillMinTokensNarrow for narrow experts (narrow_experts). Token tiles of 64 (7 stages, two CTAs per SM) below
 // kPrefillN128MinTokens, of 128 below kPrefillN256MinTokens, else 256. Measured on the H200,
 // both GEMMs forced, two rounds in one process (docs/HEURISTIC.md has the tables): at 16 tokens
 // per expert (T = 512) the two-CTA 64-token tile is 4-6% faster than the decode family's
@@ -24,7 +30,6 @@ namespace fp4moe {
 // slower at 64 (glm5, T = 2048); the 256-token tile wins from 128 per expert (22%), loses at 64.
 inline constexpr double kPrefillMinTokens = 16;
 inline constexpr double kPrefillMinTokensNarrow = 24;
-inline constexpr int64_t kPrefillWideExpert = 1024;
 inline constexpr double kPrefillN128MinTokens = 56;
 inline constexpr double kPrefillN256MinTokens = 96;
 
@@ -36,24 +41,23 @@ inline constexpr double kPrefillN256MinTokens = 96;
 inline constexpr double kDecodeN8MaxMean = 6;
 inline constexpr double kDecodeN16MaxMean = 32;
 // The 8-token tile with 2 stages while at most one expert in eight holds a token (T <= 4 for
-// E = 256, k = 8): 4 CTAs of 4 warps on an H200 SM instead of 2 of 8 (3 stages), twice the
-// stream-K ranges, each half as long - at these sizes every CTA is a short chain of memory
-// latencies. Both GEMMs forced, two rounds in one process (H200): glm5 T = 1 78.6/78.7 ->
+// E = 256, k = 8): 3 CTAs of 4 warps on an H200 SM instead of 2 of 8 (3 stages), 1.5x the
+// stream-K ranges, each two thirds as long - at these sizes every CTA is a short chain of
+// memory latencies. Both GEMMs forced, two rounds in one process (H200): glm5 T = 1 78.6/78.7 ->
 // 75.0/74.7 us, T = 2 121.6/122.0 -> 115.9/116.2, T = 4 192.1/192.4 -> 192.2/191.7; glm5-tp8
 // T = 1 38.5/38.5 -> 36.9/36.5, T = 2 41.8/41.7 -> 39.8/39.7, T = 4 49.8/50.3 -> 46.3/46.1.
 // (At T = 16 it is 1% slower on glm5, 2.6% faster on glm5-tp8; the rule stops at 4.)
 inline constexpr double kDecodeTwoStagesMaxMean = 0.125;
-// ... and at every mean for experts narrower than this (the intermediate size: FC2's K, one K
-// group per unit at glm5-tp8's 256). Dispatched, two rounds in one process (H200), the 8-token
+// ... and at every mean for narrow experts (narrow_experts: glm5-tp8's FC2 units are one K group
+// each). Dispatched, two rounds in one process (H200), the 8-token
 // tile with 2 stages against 3: glm5-tp8 T = 8 69.3/70.0 -> 66.6/66.7 us, T = 16 101.3/101.7 ->
 // 98.4/98.4, T = 32 142.8/144.0 -> 141.2/141.1, T = 64 and 128 level; on glm5 (I = 2048) it was
 // 0.5-1.6% slower at T = 8..64, hence the width.
-inline constexpr int64_t kDecodeNarrowExpert = 1024;
 double prefill_min_tokens(const MoeConfig& cfg);
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens);
 // The tactic for one GEMM: the prefill family where the rule above takes it; otherwise the
 // decode family's: token tile as above, 128 weight rows, 4 warps (8 for the 64-token tile),
-// the compiled stages (2 up to kDecodeTwoStagesMaxMean or below kDecodeNarrowExpert); where
+// the compiled stages (2 up to kDecodeTwoStagesMaxMean or for narrow experts); where
 // the resource model says that does not fit on `gpu`, the fitting compiled tactic with the
 // largest token tile not above it (then most rows, then most warps).
 // (The family schedules stream-K over all resident CTAs, so no split-K factor is chosen.)

@@ -14,11 +14,10 @@ namespace {
 // tile. FC2 takes the same shape: with 3 stages its 128-row 8-token tile is 3-18% faster than
 // the 64-row one at T = 2..128 (glm5, glm5-tp8). Stages: for the 8-token tile 2 while at most
 // one expert in eight holds a token (kDecodeTwoStagesMaxMean: more, shorter stream-K ranges) and
-// for experts narrower than kDecodeNarrowExpert, else 4 (heuristic_tactic takes 3 where that adds
-// a CTA per SM); 2 for the 16-token tile,
-// which puts 4 CTAs on an H200 SM instead of 2 (one K group in flight per CTA, four CTAs:
-// 6-10% faster than 4 stages at T = 256, 512 on glm5 and glm5-tp8); 3 for the 32- and 64-token
-// tiles (two CTAs where they fit).
+// for narrow experts, else 4 (heuristic_tactic takes 3 where that adds a CTA per SM); 2 for the
+// 16-token tile, which puts 4 CTAs on an H200 SM instead of 2 (one K group in flight per CTA,
+// four CTAs: 6-10% faster than 4 stages at T = 256, 512 on glm5 and glm5-tp8); 3 for the 32-
+// and 64-token tiles (two CTAs where they fit).
 Tactic decode_tactic(int tokens, double mean, bool narrow, Epilogue ep) {
   const int stages = tokens == 8 ? (mean <= kDecodeTwoStagesMaxMean || narrow ? 2 : 4) : tokens == 16 ? 2 : 3;
   const int warps = tokens == 64 ? 8 : 4;
@@ -38,7 +37,7 @@ Tactic prefill_tactic(double mean, Epilogue ep) {
 }  // namespace
 
 double prefill_min_tokens(const MoeConfig& cfg) {
-  return cfg.intermediate >= kPrefillWideExpert ? kPrefillMinTokens : kPrefillMinTokensNarrow;
+  return narrow_experts(cfg) ? kPrefillMinTokensNarrow : kPrefillMinTokens;
 }
 
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens) {
@@ -57,8 +56,7 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
     const Tactic prefill = prefill_tactic(mean, ep);
     if (fits(prefill)) return prefill;
   }
-  const Tactic preferred =
-      decode_tactic(heuristic_token_tile(cfg, tokens), mean, cfg.intermediate < kDecodeNarrowExpert, ep);
+  const Tactic preferred = decode_tactic(heuristic_token_tile(cfg, tokens), mean, narrow_experts(cfg), ep);
   if (fits(preferred)) {
     // The 8-token tiles are bound by issuing the dequantization as much as by DRAM: one stage
     // fewer, where that lets one more CTA (more warps) onto an SM, measured 2-6% faster on the
