@@ -121,6 +121,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{RoutingMode::kSoftmaxTopK, 2, 1, 1, false, 1.0f}, 8, 100, false},
         Case{{RoutingMode::kSoftmaxTopK, 6, 1, 1, true, 1.0f}, 60, 1000, false},
         Case{{RoutingMode::kSigmoidNoAuxTc, 4, 1, 1, true, 1.0f}, 512, 33, false},
+        Case{{RoutingMode::kSigmoidNoAuxTc, 6, 1, 1, true, 1.0f}, 1024, 5, false},  // 32 experts per lane, one CTA
         Case{{RoutingMode::kSoftmaxTopK, 8, 1, 1, true, 1.0f}, 64, 7, false, true},
         Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 65, true, true}),
     [](const auto& i) {

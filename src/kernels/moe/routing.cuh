@@ -17,29 +17,9 @@
 #include <cstdint>
 
 #include "fp4moe/moe.h"
+#include "kernels/moe/routing_params.h"
 
 namespace fp4moe::kernels {
-
-struct RoutingParams {
-  const float* logits = nullptr;            // [T][E]
-  const float* correction_bias = nullptr;   // [E] or null
-  int tokens = 0, experts = 0, top_k = 0;
-  int mode = 0;                             // 0 softmax top-k, 1 sigmoid noaux_tc
-  int n_group = 1, topk_group = 1;
-  bool norm_topk_prob = true;
-  float routed_scaling_factor = 1.0f;
-  bool shared_expert = false;
-  // outputs
-  int* topk_ids = nullptr;
-  float* topk_weights = nullptr;
-  int* expert_offsets = nullptr;  // [E + 2]
-  int* row_token = nullptr;
-  float* row_weight = nullptr;
-  int* pair_row = nullptr;
-  // scratch for the multi-CTA path: counts [E + 1] and fill cursors [E + 1], zeroed first
-  int* counts = nullptr;
-  int* cursors = nullptr;
-};
 
 // The routing fields of `cfg` (mode, top-k, groups, normalization, scaling) for `tokens` tokens
 // over its routed experts; the caller adds the buffers, the bias and the shared expert.

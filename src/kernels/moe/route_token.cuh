@@ -1,0 +1,166 @@
+// route_token.cuh - one warp routes one token (both modes of the reference), shared by the
+// routing kernels (routing.cu) and the w4a16_gemv family, which routes its whole batch inside
+// FC1 (kernels/gemm/sm80_w4a16_gemv.cuh).
+//
+// Lane l holds the scores of experts l, l+32, l+64, ... Top-k is k rounds of a warp arg-max
+// ordered by (score descending, expert ascending) - the reference's tie rule. Softmax selection
+// uses the logits themselves (softmax is strictly monotonic), so it picks exactly the
+// reference's experts; sigmoid scores are float32 here and double there, so choices within
+// float32 rounding of each other may rank differently (docs/ROUTING.md).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/moe/routing.cuh"
+
+namespace fp4moe::kernels::routing_device {
+
+constexpr float kNegInf = -__builtin_huge_valf();
+
+struct Best {
+  float v;
+  int i;
+};
+
+// (v desc, i asc) comparison: a beats b.
+__device__ __forceinline__ bool beats(Best a, Best b) { return a.v > b.v || (a.v == b.v && a.i < b.i); }
+
+// The warp's best (value desc, index asc) in two reductions (redux.sync, sm_80+) instead of a
+// five-step shuffle tree of (value, index) pairs: the routing of a decode step is a chain of k
+// of these, and each shuffle step costs a full shuffle latency. Floats are mapped to unsigned
+// keys in their order (-0 as +0, so that it ties with +0 as in the comparison above).
+__device__ __forceinline__ unsigned ordered_key(float v) {
+  const unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(unsigned key) {
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
+}
+__device__ __forceinline__ Best warp_best(Best b) {
+  const unsigned key = ordered_key(b.v);
+  const unsigned top = __reduce_max_sync(0xffffffffu, key);
+  const unsigned index = __reduce_min_sync(0xffffffffu, key == top ? static_cast<unsigned>(b.i) : 0xffffffffu);
+  return Best{key_value(top), static_cast<int>(index)};
+}
+
+// Routes token `tok` with one warp: lane j < k returns slot j's expert and weight (the caller
+// stores them; p's output pointers are not touched).
+template <int kPerLane>
+__device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_id, float& my_w) {
+  const int E = p.experts, k = p.top_k;
+  const float* l = p.logits + static_cast<int64_t>(tok) * E;
+  // Every load first, unpredicated (lanes past E read expert E - 1 and are masked below): with
+  // the loads between the sigmoids' divisions, whose slow paths are branches, the compiler
+  // issued them one after another, a memory latency each - 16 in a row at T = 1 took ~10 us.
+  float x[kPerLane], bias[kPerLane];
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) x[j] = __ldg(l + min(lane + 32 * j, E - 1));
+  if (p.mode == 1 && p.correction_bias) {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) bias[j] = __ldg(p.correction_bias + min(lane + 32 * j, E - 1));
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) bias[j] = 0.0f;
+  }
+  float choice[kPerLane], score[kPerLane];
+  float maxv = kNegInf;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const bool real = lane + 32 * j < E;
+    if (p.mode == 0) {
+      choice[j] = real ? x[j] : kNegInf;  // selection by logit; weights below
+      score[j] = choice[j];
+      maxv = fmaxf(maxv, choice[j]);
+    } else {
+      const float s = real ? 1.0f / (1.0f + expf(-x[j])) : 0.0f;
+      score[j] = s;
+      choice[j] = real ? s + bias[j] : kNegInf;
+    }
+  }
+  float denom = 1.0f;
+  if (p.mode == 0) {  // softmax: p = exp(x - max) / sum
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) maxv = fmaxf(maxv, __shfl_xor_sync(0xffffffffu, maxv, d));
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int e = lane + 32 * j;
+      score[j] = e < E ? expf(score[j] - maxv) : 0.0f;
+      sum += score[j];
+    }
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+    denom = sum;
+  }
+  // Group-limited selection: exclude experts outside the best topk_group groups.
+  if (p.mode == 1 && p.topk_group < p.n_group) {
+    const int per_group = E / p.n_group;
+    // Lane g (< n_group) computes group g's score: the sum of its two largest choices.
+    float gscore = kNegInf;
+    for (int grp = 0; grp < p.n_group; ++grp) {
+      Best b1{kNegInf, 1 << 30}, b2{kNegInf, 1 << 30};
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int e = lane + 32 * j;
+        if (e < E && e / per_group == grp) {
+          Best c{choice[j], e};
+          if (beats(c, b1)) { b2 = b1; b1 = c; } else if (beats(c, b2)) { b2 = c; }
+        }
+      }
+      const Best top = warp_best(b1);
+      // The runner-up: the best of everything but the winner.
+      Best second = (b1.i == top.i) ? b2 : b1;
+      second = warp_best(second);
+      if (lane == grp) gscore = top.v + (per_group > 1 ? second.v : 0.0f);
+    }
+    // Pick topk_group groups by (score desc, index asc) - one lane per group.
+    unsigned keep = 0;
+    Best mine{lane < p.n_group ? gscore : kNegInf, lane};
+    for (int r = 0; r < p.topk_group; ++r) {
+      const Best w = warp_best(mine);
+      keep |= 1u << w.i;
+      if (lane == w.i) mine.v = kNegInf, mine.i = 1 << 30;
+    }
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int e = lane + 32 * j;
+      if (e < E && !((keep >> (e / per_group)) & 1u)) choice[j] = kNegInf;
+    }
+  }
+  // Top-k rounds.
+  float wsum = 0.0f;
+  my_id = -1;
+  my_w = 0.0f;
+  for (int r = 0; r < k; ++r) {
+    Best b{kNegInf, 1 << 30};
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int e = lane + 32 * j;
+      if (e < E && beats(Best{choice[j], e}, b)) b = Best{choice[j], e};
+    }
+    const Best w = warp_best(b);
+    // The owner lane publishes the chosen expert's score and removes it.
+    float s = 0.0f;
+    if ((w.i & 31) == lane) {
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j)
+        if (lane + 32 * j == w.i) {
+          s = score[j];
+          choice[j] = kNegInf;
+        }
+    }
+    s = __shfl_sync(0xffffffffu, s, w.i & 31);
+    if (p.mode == 0) s /= denom;
+    wsum += s;
+    if (lane == r) {
+      my_id = w.i;
+      my_w = s;
+    }
+  }
+  if (lane < k) {
+    if (p.norm_topk_prob) my_w /= (wsum + 1e-20f);
+    my_w *= p.routed_scaling_factor;
+  }
+}
+
+}  // namespace fp4moe::kernels::routing_device
