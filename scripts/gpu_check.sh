@@ -24,10 +24,10 @@ fi
 if has sanitize; then
   echo "== compute-sanitizer"
   small='GpuLayer.RepeatedRunsAreBitwiseIdentical:Dequant.*:Prepack*16x256*:Modes/GpuRouting.*T64*'
-  # And the layer from the CLI on a small shape: T = 5 (decode family), T = 100 and 300 (25 and 75
-  # tokens per expert: the prefill family's two-CTA 64-token tile and its 128-token tile on
-  # sm_90a), each against the float64 reference.
-  for t in 5 100 300; do
+  # And the layer from the CLI on a small shape: T = 2 (the small-batch family: I = 256 is narrow),
+  # T = 5 (decode family), T = 100 and 300 (25 and 75 tokens per expert: the prefill family's
+  # two-CTA 64-token tile and its 128-token tile on sm_90a), each against the float64 reference.
+  for t in 2 5 100 300; do
     timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/fp4moe" run --hidden 512 --intermediate 256 \
       --shared-intermediate 256 --experts 8 --top-k 2 --device gpu --compare-reference -t $t > "$out/memcheck_run_$t.log" 2>&1
     echo "memcheck fp4moe run T=$t exit $?"; grep -E "ERROR SUMMARY|relative" "$out/memcheck_run_$t.log"

@@ -53,6 +53,19 @@ inline constexpr double kDecodeTwoStagesMaxMean = 0.125;
 // tile with 2 stages against 3: glm5-tp8 T = 8 69.3/70.0 -> 66.6/66.7 us, T = 16 101.3/101.7 ->
 // 98.4/98.4, T = 32 142.8/144.0 -> 141.2/141.1, T = 64 and 128 level; on glm5 (I = 2048) it was
 // 0.5-1.6% slower at T = 8..64, hence the width.
+// The small-batch family (w4a16_gemv, both GEMMs: the routing in FC1's prologue, the slot sum in
+// FC2's epilogue, two launches instead of four, no stream-K fix-ups) for narrow experts
+// (narrow_experts) up to kGemvMaxTokensNarrow tokens, where its shared memory (the staged batch)
+// fits. Measured on the H200, both GEMMs forced, two rounds in one process (docs/HEURISTIC.md):
+// glm5-tp8 T = 1 28.9/29.0 us against 36.8/36.5 for the stream-K family's 8-token tile, T = 2
+// 38.6/38.3 (8 warps) against 40.1/39.7, T = 3 45.3/45.1 against 41.5/41.2; on glm5 (I = 2048)
+// it is slower at every T (T = 1 85.9 against 75.2 us): the stream-K family moves the weights
+// by the copy engine, this family by every lane, and its few blocks per SM of long K leave the
+// schedulers short of warps.
+inline constexpr int64_t kGemvMaxTokensNarrow = 2;
+// Its tactics: one row tile per block; 4 warps with 3 K groups in flight each for one token, 8
+// warps with 2 for two (more warps per block: shorter K slices per warp).
+Tactic gemv_tactic(int64_t tokens, Epilogue ep);
 double prefill_min_tokens(const MoeConfig& cfg);
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens);
 // The tactic for one GEMM: the prefill family where the rule above takes it; otherwise the
@@ -62,6 +75,7 @@ int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens);
 // largest token tile not above it (then most rows, then most warps).
 // (The family schedules stream-K over all resident CTAs, so no split-K factor is chosen.)
 Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epilogue ep);
+// Both GEMMs: the small-batch family's pair where it applies (above), else heuristic_tactic's.
 LayerPlan heuristic_plan(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu);
 
 }  // namespace fp4moe

@@ -20,6 +20,7 @@ enum class Family : int {
   kW4a16Wgmma = 1,  // ours: the same numerics on sm_90a wgmma (prefill)
   kCutlassSm120 = 2,  // CUTLASS block-scaled grouped GEMM, sm_120 (resource model profile b)
   kCutlassSm100 = 3,  // CUTLASS block-scaled grouped GEMM, sm_100 (resource model profile b)
+  kW4a16Gemv = 4,   // ours: a whole batch of <= 8 tokens as the MMA's N, routing and slot sum fused (sm_80+)
 };
 
 enum class Epilogue : int {

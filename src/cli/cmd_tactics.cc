@@ -16,17 +16,22 @@ struct TacticsArgs {
   std::string epilogue = "finalize";
   std::string dtype = "nvfp4";
   int experts = 257;
+  int tokens = 8;  // w4a16_gemv: the batch it stages, the GEMM's K, slots per token
+  int k = 6144;
+  int slots = 9;
   bool json = false;
   bool explain = false;
 };
 
 std::vector<Family> families(const std::string& f) {
-  if (f == "all") return {Family::kW4a16Mma, Family::kW4a16Wgmma, Family::kCutlassSm120, Family::kCutlassSm100};
+  if (f == "all")
+    return {Family::kW4a16Mma, Family::kW4a16Wgmma, Family::kW4a16Gemv, Family::kCutlassSm120, Family::kCutlassSm100};
   if (f == "w4a16_mma") return {Family::kW4a16Mma};
   if (f == "w4a16_wgmma") return {Family::kW4a16Wgmma};
+  if (f == "w4a16_gemv") return {Family::kW4a16Gemv};
   if (f == "cutlass_sm120") return {Family::kCutlassSm120};
   if (f == "cutlass_sm100") return {Family::kCutlassSm100};
-  FP4MOE_FAIL("--family '", f, "': expected w4a16_mma, w4a16_wgmma, cutlass_sm120, cutlass_sm100 or all");
+  FP4MOE_FAIL("--family '", f, "': expected w4a16_mma, w4a16_wgmma, w4a16_gemv, cutlass_sm120, cutlass_sm100 or all");
 }
 
 Epilogue epilogue_of(const std::string& e) {
@@ -55,6 +60,9 @@ void run_tactics(const TacticsArgs& a) {
   Epilogue ep = epilogue_of(a.epilogue);
   ModelOptions opt;
   opt.experts = a.experts;
+  opt.tokens = a.tokens;
+  opt.k = a.k;
+  opt.slots = a.slots;
   nlohmann::json out = nlohmann::json::array();
   if (!a.json)
     std::printf("%s (%s, %d SMs): per-block shared memory limit %lld B (opt-in), %lld B per SM; %s, "
@@ -65,7 +73,8 @@ void run_tactics(const TacticsArgs& a) {
   for (Family f : families(a.family)) {
     // Our decode family has no NONE epilogue in the layer; show FC1's SwiGLU beside FINALIZE.
     std::vector<Epilogue> eps = {ep};
-    if (f == Family::kW4a16Mma && ep == Epilogue::kFinalize) eps = {Epilogue::kSwiglu, Epilogue::kFinalize};
+    if ((f == Family::kW4a16Mma || f == Family::kW4a16Gemv) && ep == Epilogue::kFinalize)
+      eps = {Epilogue::kSwiglu, Epilogue::kFinalize};
     if (!a.json) {
       std::printf("%-56s %8s %6s %8s %8s %8s %8s  %-8s %s\n", "tactic", "B/stage", "stages", "epilogue",
                   "kernel", "total", "limit", "verdict", "reason");
@@ -74,7 +83,7 @@ void run_tactics(const TacticsArgs& a) {
       for (const Tactic& t : listed_tactics(f, e)) {
         const ResourceReport r = model_resources(t, gpu, dtype, opt);
         std::optional<CompiledKernelInfo> live;
-        if (gpu.live) live = query_compiled_kernel(t, a.experts);
+        if (gpu.live) live = query_compiled_kernel(t, opt);
         const char* verdict = !r.supported ? "n/a" : r.fits ? "fits" : "NO FIT";
         if (a.json) {
           nlohmann::json j = {{"tactic", format_tactic(t)}, {"gpu", gpu.name}, {"dtype", to_string(dtype)},
@@ -123,10 +132,13 @@ void register_tactics(CLI::App& app) {
   auto a = std::make_shared<TacticsArgs>();
   auto* cmd = app.add_subcommand("tactics", "Shared-memory model of each tactic on a GPU: fits or not, and why");
   cmd->add_option("--gpu", a->gpu, "GPU: a table name (h100, h200, b200, rtx-pro-6000, rtx-5090, gb10) or current[:N]");
-  cmd->add_option("--family", a->family, "w4a16_mma, w4a16_wgmma, cutlass_sm120, cutlass_sm100, or all");
+  cmd->add_option("--family", a->family, "w4a16_mma, w4a16_wgmma, w4a16_gemv, cutlass_sm120, cutlass_sm100, or all");
   cmd->add_option("--epilogue", a->epilogue, "finalize, none or swiglu");
   cmd->add_option("--dtype", a->dtype, "Operand type: nvfp4, mxfp4, bf16")->check(CLI::IsMember({"nvfp4", "mxfp4", "bf16"}));
   cmd->add_option("--experts", a->experts, "Groups of the grouped GEMM (w4a16_mma scheduler state)")->check(CLI::Range(1, 1025));
+  cmd->add_option("--tokens", a->tokens, "w4a16_gemv: tokens of the batch it stages")->check(CLI::Range(1, 8));
+  cmd->add_option("--k", a->k, "w4a16_gemv: the GEMM's K (FC1: hidden, FC2: intermediate)")->check(CLI::Range(16, 1 << 20));
+  cmd->add_option("--slots", a->slots, "w4a16_gemv: slots per token (top-k, +1 with a shared expert)")->check(CLI::Range(1, 33));
   cmd->add_flag("--json", a->json, "JSON instead of the table");
   cmd->add_flag("--explain", a->explain, "Print every term of the arithmetic");
   cmd->callback([a] { run_tactics(*a); });

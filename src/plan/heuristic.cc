@@ -82,7 +82,21 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
   return *best;
 }
 
+Tactic gemv_tactic(int64_t tokens, Epilogue ep) {
+  return tokens <= 1 ? Tactic{Family::kW4a16Gemv, 16, 8, 256, 3, 4, 1, ep, false}
+                     : Tactic{Family::kW4a16Gemv, 16, 8, 256, 2, 8, 1, ep, false};
+}
+
 LayerPlan heuristic_plan(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu) {
+  if (narrow_experts(cfg) && tokens <= kGemvMaxTokensNarrow && cfg.num_experts <= 256) {
+    const int groups = cfg.num_experts + (cfg.has_shared_expert() ? 1 : 0);
+    const int slots = cfg.routing.top_k + (cfg.has_shared_expert() ? 1 : 0);
+    const ModelOptions m1{groups, static_cast<int>(tokens), static_cast<int>(cfg.hidden), slots};
+    const ModelOptions m2{groups, static_cast<int>(tokens), static_cast<int>(cfg.intermediate), slots};
+    const LayerPlan gemv{gemv_tactic(tokens, Epilogue::kSwiglu), gemv_tactic(tokens, Epilogue::kFinalize)};
+    if (model_resources(gemv.fc1, gpu, DataType::kNvfp4, m1).fits && model_resources(gemv.fc2, gpu, DataType::kNvfp4, m2).fits)
+      return gemv;
+  }
   // Stream-K balances any unit count over the GPU's CTAs, so the GPU enters only through what fits.
   return LayerPlan{heuristic_tactic(cfg, tokens, gpu, Epilogue::kSwiglu),
                    heuristic_tactic(cfg, tokens, gpu, Epilogue::kFinalize)};

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "fp4moe/resource_model.h"
 
 namespace fp4moe {
@@ -43,7 +45,12 @@ TEST(Heuristic, PlansOnTheH200) {
   // Narrow experts (glm5-tp8, I = 256) from 24.
   const MoeConfig tp8 = MoeConfig::preset("glm5-tp8");
   EXPECT_EQ(fc1(tp8, 767, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
-  // Narrow experts: the 8-token tile with 2 stages at every T it covers.
+  // Narrow experts: the small-batch family for one and two tokens, then the 8-token tile with 2
+  // stages at every T it covers.
+  EXPECT_EQ(fc1(tp8, 1, "h200"), "w4a16_gemv:m16n8k256:s3:w4:sk1:swiglu");
+  EXPECT_EQ(format_tactic(heuristic_plan(tp8, 1, resolve_gpu("h200")).fc2), "w4a16_gemv:m16n8k256:s3:w4:sk1:finalize");
+  EXPECT_EQ(fc1(tp8, 2, "h200"), "w4a16_gemv:m16n8k256:s2:w8:sk1:swiglu");
+  EXPECT_EQ(fc1(tp8, 3, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 5, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 192, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(tp8, 64, resolve_gpu("h200")).fc2), "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
@@ -81,13 +88,17 @@ TEST(Heuristic, FallsBackToWhatFitsOnSm120) {
 TEST(Heuristic, EveryChoiceFitsOnEveryKnownGpu) {
   for (const MoeConfig& cfg : {MoeConfig::glm5(), MoeConfig::glm5_tp8(), MoeConfig::deepseek_v3()})
     for (const GpuSpec& gpu : known_gpus())
-      for (int64_t t : {1, 7, 64, 300, 1000, 5000, 65536}) {
+      for (int64_t t : {1, 2, 7, 64, 300, 1000, 5000, 65536}) {
         const LayerPlan p = heuristic_plan(cfg, t, gpu);
         ModelOptions mo;
         mo.experts = cfg.num_experts + (cfg.has_shared_expert() ? 1 : 0);
-        for (const Tactic& tac : {p.fc1, p.fc2})
+        mo.tokens = static_cast<int>(std::min<int64_t>(t, 8));
+        mo.slots = cfg.routing.top_k + (cfg.has_shared_expert() ? 1 : 0);
+        for (const Tactic& tac : {p.fc1, p.fc2}) {
+          mo.k = static_cast<int>(tac.epilogue == Epilogue::kSwiglu ? cfg.hidden : cfg.intermediate);
           EXPECT_TRUE(model_resources(tac, gpu, DataType::kNvfp4, mo).fits)
               << cfg.name << " T=" << t << " on " << gpu.name << ": " << format_tactic(tac);
+        }
       }
 }
 

@@ -126,6 +126,66 @@ ResourceReport model_w4a16_wgmma(const Tactic& t, const GpuSpec& gpu, DataType d
   return r;
 }
 
+// w4a16_gemv (src/kernels/gemm/sm80_w4a16_gemv.cuh, W4a16GemvTraits::layout): no pipeline in
+// shared memory (each warp keeps its `stages` K groups of weights in flight in registers); what
+// it stages is the batch - FC1 its T hidden rows, FC2 the T x slots act rows - so the request
+// depends on the batch, K and the slots as well as on the tactic.
+ResourceReport model_w4a16_gemv(const Tactic& t, const GpuSpec& gpu, DataType dtype, const ModelOptions& o) {
+  ResourceReport r = w4a16_report("w4a16_gemv", t, gpu, dtype, gpu.sm >= 80,
+                                  "w4a16_gemv needs mma.sync bf16 (sm_80+), " + gpu.arch_name() + " has none");
+  if (!r.supported) return r;
+  const bool swiglu = t.epilogue == Epilogue::kSwiglu;
+  const int64_t pairs = int64_t{o.tokens} * o.slots, active = std::min<int64_t>(o.experts, pairs);
+  const int64_t row_tiles = t.tile_rows / 16;
+  const int64_t pitch = (o.k + 255) / 256 * 512 + 16;
+  const int64_t rows = swiglu ? o.tokens : pairs;
+  r.stages = t.stages;
+  r.stage_bytes = 0;  // the stages are registers
+  r.builder_stage_bytes = 0;
+  r.stage_items = {};
+  r.mainloop_bytes = rows * pitch;
+  r.epilogue_bytes = 2 * t.warps * row_tiles * 512;
+  r.other_items = {
+      {"routing: group of each (token, slot), 4 B x " + std::to_string(pairs) + ", 16-B aligned", round_up(4 * pairs, 16)},
+      {"routing: weight of each (token, slot), 4 B x " + std::to_string(pairs), round_up(4 * pairs, 16)},
+      {"active groups: bitmap of " + std::to_string(o.experts) + " groups", round_up(4 * ((o.experts + 31) / 32), 16)},
+      {"active groups: ascending list, 4 B x " + std::to_string(active), round_up(4 * active, 16)},
+      {"slot of each (active group, column), 1 B x 8 x " + std::to_string(active), round_up(8 * active, 16)},
+  };
+  if (!swiglu)
+    r.other_items.push_back({"finalize: weight of each (active group, column), 4 B x 8 x " + std::to_string(active),
+                             round_up(32 * active, 16)});
+  r.other_items.push_back({"active group count", 16});
+  r.kernel_bytes = 0;
+  for (const auto& i : r.other_items) r.kernel_bytes += i.bytes;
+  r.other_items.push_back({"partial tiles of the warps' K slices: 2 buffers x " + std::to_string(t.warps) + " warps x " +
+                               std::to_string(row_tiles) + " row tiles x 512 B",
+                           r.epilogue_bytes});
+  r.other_items.push_back({"B: " + std::to_string(rows) + (swiglu ? " hidden rows" : " act rows (tokens x slots)") +
+                               " x (" + std::to_string((o.k + 255) / 256 * 256) + " K x 2 B + 16), zero past K " +
+                               std::to_string(o.k),
+                           r.mainloop_bytes});
+  r.total_bytes = r.mainloop_bytes + r.kernel_bytes + r.epilogue_bytes;
+  const bool batch_ok = o.tokens >= 1 && o.tokens <= t.tile_tokens;
+  // FC1 routes in-kernel with 8 experts per lane: 256 routed experts (+ a shared one) at most.
+  const bool experts_ok = o.experts <= 257;
+  r.fits = batch_ok && experts_ok && r.total_bytes <= r.limit_bytes;
+  std::ostringstream why;
+  if (!experts_ok) {
+    why << o.experts << " groups; the in-kernel routing takes 256 routed experts (+ a shared one) at most";
+  } else if (!batch_ok) {
+    why << "a batch of " << o.tokens << " tokens; the family takes 1.." << t.tile_tokens;
+  } else {
+    why << r.mainloop_bytes << " (B) + " << r.kernel_bytes << " (routing, active groups) + " << r.epilogue_bytes
+        << " (partial tiles) = " << r.total_bytes << (r.fits ? " <= " : " > ") << r.limit_bytes
+        << (r.fits ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B") << " at T = " << o.tokens
+        << ", K = " << o.k << ", " << o.slots << " slots";
+  }
+  r.reason = why.str();
+  r.ctas_per_sm = ctas_per_sm(r, gpu);
+  return r;
+}
+
 }  // namespace
 
 const char* to_string(DataType d) {
@@ -152,6 +212,7 @@ ResourceReport model_resources(const Tactic& t, const GpuSpec& gpu, DataType dty
     case Family::kCutlassSm120: return model_cutlass_sm120(t, gpu, dtype, opt);
     case Family::kCutlassSm100: return model_cutlass_sm100(t, gpu, dtype, opt);
     case Family::kW4a16Wgmma: return model_w4a16_wgmma(t, gpu, dtype, opt);
+    case Family::kW4a16Gemv: return model_w4a16_gemv(t, gpu, dtype, opt);
   }
   FP4MOE_FAIL("resource model: unknown family");
 }
@@ -175,12 +236,16 @@ std::vector<Tactic> compiled_w4a16_tactics() {
     for (const auto& [tokens, stages] :
          {std::pair{64, 14}, std::pair{64, 7}, std::pair{128, 9}, std::pair{256, 5}})
       v.push_back(Tactic{Family::kW4a16Wgmma, 128, tokens, 64, stages, 12, 1, ep, false});
+  // The small-batch family: row tiles per block, K groups in flight per warp, warps.
+  for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize})
+    for (const auto& [rows, stages, warps] : {std::tuple{16, 3, 4}, std::tuple{16, 2, 8}, std::tuple{16, 2, 4}})
+      v.push_back(Tactic{Family::kW4a16Gemv, rows, 8, 256, stages, warps, 1, ep, false});
   return v;
 }
 
 std::vector<Tactic> listed_tactics(Family f, Epilogue e) {
   std::vector<Tactic> v;
-  if (f == Family::kW4a16Mma || f == Family::kW4a16Wgmma) {
+  if (f == Family::kW4a16Mma || f == Family::kW4a16Wgmma || f == Family::kW4a16Gemv) {
     for (const Tactic& t : compiled_w4a16_tactics())
       if (t.family == f && t.epilogue == e) v.push_back(t);
     return v;

@@ -112,8 +112,47 @@ TEST(ResourceModel, OurDecodeFamilyByteArithmetic) {
   EXPECT_EQ(rb.stage_bytes, 16384 + 2048 + 32768);
   // Other data types are not implemented by the family: reported, not modelled.
   EXPECT_FALSE(model_resources(t, h200, DataType::kMxfp4).supported);
-  // Every compiled decode tactic fits the H200.
-  for (const Tactic& c : compiled_w4a16_tactics()) EXPECT_TRUE(model_resources(c, h200, DataType::kNvfp4).fits);
+  // Every compiled tactic fits the H200 (the small-batch family at glm5's single token).
+  ModelOptions one;
+  one.tokens = 1;
+  for (const Tactic& c : compiled_w4a16_tactics()) EXPECT_TRUE(model_resources(c, h200, DataType::kNvfp4, one).fits);
+}
+
+TEST(ResourceModel, SmallBatchFamilyStagesTheBatch) {
+  const GpuSpec h200 = *find_known_gpu("h200");
+  // FC2 (finalize) of glm5 (K = I = 2048, 9 slots, 257 groups), 4 warps, one row tile: the
+  // batch's T x 9 act rows of 8 K groups x 512 B + 16 B each; tables for 9T pairs.
+  const Tactic fc2{Family::kW4a16Gemv, 16, 8, 256, 3, 4, 1, Epilogue::kFinalize, false};
+  auto at = [&](int tokens, int k, const Tactic& t) {
+    ModelOptions o;
+    o.tokens = tokens;
+    o.k = k;
+    return model_resources(t, h200, DataType::kNvfp4, o);
+  };
+  const ResourceReport one = at(1, 2048, fc2);
+  EXPECT_EQ(one.mainloop_bytes, 9 * (8 * 512 + 16));  // B: 9 rows
+  EXPECT_EQ(one.epilogue_bytes, 2 * 4 * 512);         // partial tiles, two buffers
+  // pairs 36 + 36, bitmap 4 * 9 -> 48, active 36 -> 48, slots 72 -> 80, weights 288, count 16
+  EXPECT_EQ(one.kernel_bytes, 48 + 48 + 48 + 48 + 80 + 288 + 16);
+  EXPECT_EQ(one.total_bytes, one.mainloop_bytes + one.kernel_bytes + one.epilogue_bytes);
+  EXPECT_TRUE(one.fits);
+  // 6 tokens (54 act rows: 222048 + 2896 tables + 4096 partials = 229040 B) fit the 232448 B of
+  // an H200 block; 7 (63 rows, 259 KB) do not: the reason says by how much and at which shape.
+  EXPECT_EQ(at(6, 2048, fc2).total_bytes, 229040);
+  EXPECT_TRUE(at(6, 2048, fc2).fits);
+  const ResourceReport seven = at(7, 2048, fc2);
+  EXPECT_FALSE(seven.fits);
+  EXPECT_NE(seven.reason.find("T = 7, K = 2048"), std::string::npos) << seven.reason;
+  // FC1 stages the T hidden rows only: 8 tokens of K = 6144 fit.
+  const Tactic fc1{Family::kW4a16Gemv, 16, 8, 256, 3, 4, 1, Epilogue::kSwiglu, false};
+  EXPECT_EQ(at(8, 6144, fc1).mainloop_bytes, 8 * (24 * 512 + 16));
+  EXPECT_TRUE(at(8, 6144, fc1).fits);
+  // A batch past the tile, or more than 256 routed experts (the in-kernel routing), never fits.
+  EXPECT_FALSE(at(9, 6144, fc1).fits);
+  ModelOptions wide;
+  wide.experts = 513;
+  wide.tokens = 1;
+  EXPECT_FALSE(model_resources(fc1, h200, DataType::kNvfp4, wide).fits);
 }
 
 }  // namespace

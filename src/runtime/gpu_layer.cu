@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <mutex>
 
 #include "fp4moe/error.h"
@@ -35,15 +36,21 @@ struct KernelLaunchInfo {
   int ctas_per_sm = 0;
 };
 
-KernelLaunchInfo launch_info(const W4a16Kernel& k, int experts) {
+KernelLaunchInfo launch_info(const W4a16Kernel& k, int dynamic_smem) {
   KernelLaunchInfo info;
-  info.dynamic_smem = k.dynamic_smem_bytes(experts);
+  info.dynamic_smem = dynamic_smem;
   // Only ever raise the kernel's limit: another layer (more experts) may need more.
   cudaFuncAttributes attr{};
   FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, k.function));
-  if (attr.maxDynamicSharedSizeBytes < info.dynamic_smem)
-    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(k.function, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           info.dynamic_smem));
+  if (attr.maxDynamicSharedSizeBytes < info.dynamic_smem) {
+    const cudaError_t e = cudaFuncSetAttribute(k.function, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               info.dynamic_smem);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      FP4MOE_FAIL("tactic ", format_tactic(k.tactic), " cannot run on this GPU (", info.dynamic_smem,
+                  " B of shared memory: ", cudaGetErrorString(e), ")");
+    }
+  }
   FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &info.ctas_per_sm, k.function, k.tactic.warps * 32, info.dynamic_smem));
   FP4MOE_CHECK(info.ctas_per_sm > 0, "tactic ", format_tactic(k.tactic),
@@ -82,8 +89,13 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   void run(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
            cudaStream_t stream, const LayerPlan* plan, void* const* events);
   void ensure_workspace(int64_t tokens, const LayerPlan& plan, cudaStream_t stream);
+  void run_gemv(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out, cudaStream_t s,
+                const W4a16Kernel& k1, const W4a16Kernel& k2, const std::function<void(int)>& record);
   const W4a16Kernel& kernel_for(const Tactic& t, Epilogue ep) const;
-  int grid_for(const W4a16Kernel& k);
+  kernels::W4a16SmemShape smem_shape(int64_t tokens, int64_t k) const {
+    return kernels::W4a16SmemShape{groups_, static_cast<int>(tokens), static_cast<int>(k), slots_};
+  }
+  int grid_for(const W4a16Kernel& k, int dynamic_smem);
 
   MoeConfig cfg_;
   GpuSpec gpu_;
@@ -100,7 +112,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   CacheIdentity identity_;
   std::vector<std::string> cache_warnings_;
   std::mutex info_mutex_;
-  std::vector<std::pair<const void*, KernelLaunchInfo>> infos_;
+  std::vector<std::pair<std::pair<const void*, int>, KernelLaunchInfo>> infos_;  // by (kernel, smem)
 };
 
 GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) : cfg_(w.config) {
@@ -193,9 +205,14 @@ LayerPlan GpuMoeLayerImpl::plan_for(int64_t tokens) const {
     if (auto e = cache_->lookup(identity_, key, tokens); e && kernels::find_w4a16_kernel(e->winner))
       slot = e->winner;
   };
-  take(fc1_key(cfg_), plan.fc1);
-  take(fc2_key(cfg_), plan.fc2);
-  return plan;
+  LayerPlan cached = plan;
+  take(fc1_key(cfg_), cached.fc1);
+  take(fc2_key(cfg_), cached.fc2);
+  // The small-batch family runs its two GEMMs together and only up to its batch: an entry of a
+  // neighbouring bucket that breaks either rule leaves the heuristic's plan.
+  const bool gemv1 = cached.fc1.family == Family::kW4a16Gemv, gemv2 = cached.fc2.family == Family::kW4a16Gemv;
+  if (gemv1 != gemv2 || (gemv1 && tokens > cached.fc1.tile_tokens)) return plan;
+  return cached;
 }
 
 std::string GpuMoeLayerImpl::plan_source(int64_t tokens) const {
@@ -208,8 +225,9 @@ std::string GpuMoeLayerImpl::plan_source(int64_t tokens) const {
 }
 
 const W4a16Kernel& GpuMoeLayerImpl::kernel_for(const Tactic& t, Epilogue ep) const {
-  FP4MOE_CHECK(t.family == Family::kW4a16Mma || t.family == Family::kW4a16Wgmma, "GPU layer: tactic ",
-               format_tactic(t), " is not of a family this layer runs (w4a16_mma, w4a16_wgmma)");
+  FP4MOE_CHECK(t.family == Family::kW4a16Mma || t.family == Family::kW4a16Wgmma || t.family == Family::kW4a16Gemv,
+               "GPU layer: tactic ", format_tactic(t),
+               " is not of a family this layer runs (w4a16_mma, w4a16_wgmma, w4a16_gemv)");
   FP4MOE_CHECK(t.family != Family::kW4a16Wgmma || gpu_.has_wgmma(), "GPU layer: tactic ", format_tactic(t),
                " needs sm_90a (wgmma); ", gpu_.name, " is ", gpu_.arch_name());
   FP4MOE_CHECK(t.epilogue == ep, "GPU layer: tactic ", format_tactic(t), " has epilogue ",
@@ -221,14 +239,14 @@ const W4a16Kernel& GpuMoeLayerImpl::kernel_for(const Tactic& t, Epilogue ep) con
   return *k;
 }
 
-// Stream-K grid: every resident CTA slot of the GPU (the kernel itself leaves CTAs beyond the
-// iteration count idle).
-int GpuMoeLayerImpl::grid_for(const W4a16Kernel& k) {
+// Every resident CTA slot of the GPU at this shared memory (the stream-K families leave CTAs
+// beyond their iteration count idle; w4a16_gemv takes at most its blocks).
+int GpuMoeLayerImpl::grid_for(const W4a16Kernel& k, int dynamic_smem) {
   std::lock_guard<std::mutex> lock(info_mutex_);
-  auto it = std::find_if(infos_.begin(), infos_.end(),
-                         [&](const auto& p) { return p.first == k.function; });
+  const std::pair<const void*, int> key{k.function, dynamic_smem};
+  auto it = std::find_if(infos_.begin(), infos_.end(), [&](const auto& p) { return p.first == key; });
   if (it == infos_.end()) {
-    infos_.emplace_back(k.function, launch_info(k, groups_));
+    infos_.emplace_back(key, launch_info(k, dynamic_smem));
     it = infos_.end() - 1;
   }
   return it->second.ctas_per_sm * gpu_.sm_count;
@@ -243,8 +261,12 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
   const int64_t row_blocks_bound = std::max((fc1_.rowtiles() + 3) / 4, (fc2_.rowtiles() + 3) / 4);
   const W4a16Kernel& k1 = kernel_for(plan.fc1, Epilogue::kSwiglu);
   const W4a16Kernel& k2 = kernel_for(plan.fc2, Epilogue::kFinalize);
-  const int64_t partial_floats = 2 * std::max<int64_t>(int64_t{grid_for(k1)} * k1.tile_floats,
-                                                       int64_t{grid_for(k2)} * k2.tile_floats);
+  FP4MOE_CHECK((plan.fc1.family == Family::kW4a16Gemv) == (plan.fc2.family == Family::kW4a16Gemv),
+               "GPU layer: w4a16_gemv runs FC1 and FC2 together (FC1 routes, FC2 reads its [token][slot] rows); got ",
+               format_tactic(plan.fc1), " + ", format_tactic(plan.fc2));
+  const int64_t partial_floats =
+      2 * std::max<int64_t>(k1.tile_floats ? int64_t{grid_for(k1, k1.dynamic_smem_bytes(smem_shape(tokens, H)))} * k1.tile_floats : 0,
+                            k2.tile_floats ? int64_t{grid_for(k2, k2.dynamic_smem_bytes(smem_shape(tokens, I)))} * k2.tile_floats : 0);
   struct Need {
     DeviceBuffer* buf;
     size_t bytes;
@@ -295,7 +317,7 @@ void GpuMoeLayerImpl::reserve(int64_t max_tokens) {
 void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t tokens,
                           uint16_t* out, cudaStream_t stream, const LayerPlan* plan_in,
                           void* const* events) {
-  auto record = [&](int i) {
+  const std::function<void(int)> record = [&](int i) {
     if (events) FP4MOE_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events[i]), stream));
   };
   FP4MOE_CHECK(tokens >= 1 && tokens <= (int64_t{1} << 24), "forward: token count ", tokens,
@@ -306,6 +328,12 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   const W4a16Kernel& k2 = kernel_for(plan.fc2, Epilogue::kFinalize);
   cudaStream_t s = stream;
   ensure_workspace(tokens, plan, s);
+  if (k1.tactic.family == Family::kW4a16Gemv) {
+    FP4MOE_CHECK(tokens <= k1.tactic.tile_tokens, "GPU layer: tactic ", format_tactic(k1.tactic), " takes batches of 1..",
+                 k1.tactic.tile_tokens, " tokens, got ", tokens);
+    run_gemv(hidden, logits, tokens, out, s, k1, k2, record);
+    return;
+  }
 
   kernels::RoutingParams rp = kernels::routing_params_for(cfg_, tokens);
   rp.logits = logits;
@@ -363,7 +391,8 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f1.act_cols = static_cast<int>(I);
   f1.act_stride = act_stride;
   f1.act_fragment_order = act_fragment_order;
-  k1.launch(f1, grid_for(k1), k1.dynamic_smem_bytes(groups_), pdl, s);
+  const int smem1 = k1.dynamic_smem_bytes(smem_shape(tokens, cfg_.hidden));
+  k1.launch(f1, grid_for(k1, smem1), smem1, pdl, s);
   record(2);
 
   W4a16GemmParams f2;
@@ -390,11 +419,83 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   f2.grid_barrier = grid_barrier_.get<unsigned>();
   f2.unit_ticket = unit_tickets_.get<int>() + 1;
   f2.out = out;
-  k2.launch(f2, grid_for(k2), k2.dynamic_smem_bytes(groups_), pdl, s);
+  const int smem2 = k2.dynamic_smem_bytes(smem_shape(tokens, cfg_.intermediate));
+  k2.launch(f2, grid_for(k2, smem2), smem2, pdl, s);
   // The decode family's finalize ends in a launch of its own; the prefill family's in FC2.
   if (k2.tactic.family == Family::kW4a16Mma)
     kernels::launch_finalize_slots(rows_out_.get<uint16_t>(), row_weight_.get<float>(), pair_row_.get<int>(), slots_,
                                    tokens, cfg_.hidden, out, pdl, s);
+  record(3);
+}
+
+// The small-batch path (w4a16_gemv): two launches. FC1 routes the batch in each CTA (CTA 0
+// stores the routing) and writes act in [token][slot] order; FC2 reads the routing and act and
+// writes the output, the weighted sum over each token's groups included. No permutation, no
+// stream-K partials, no slot-sum launch.
+void GpuMoeLayerImpl::run_gemv(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
+                               cudaStream_t s, const W4a16Kernel& k1, const W4a16Kernel& k2,
+                               const std::function<void(int)>& record) {
+  kernels::RoutingParams rp = kernels::routing_params_for(cfg_, tokens);
+  rp.logits = logits;
+  rp.correction_bias = cfg_.routing.mode == RoutingMode::kSigmoidNoAuxTc && bias_.bytes() >= size_t(cfg_.num_experts) * 4
+                           ? bias_.get<float>() : nullptr;
+  rp.shared_expert = cfg_.has_shared_expert();
+  rp.topk_ids = topk_ids_.get<int>();
+  rp.topk_weights = topk_w_.get<float>();
+  const int64_t I = cfg_.intermediate;
+  record(0);
+  record(1);  // the routing is FC1's prologue: its phase is empty
+
+  W4a16GemmParams f1;
+  f1.weights = w13_.get<uint8_t>();
+  f1.scales = s13_.get<uint8_t>();
+  f1.rowtiles = static_cast<int>(fc1_.rowtiles());
+  f1.kgroups = static_cast<int>(fc1_.kgroups());
+  f1.rows = static_cast<int>(fc1_.rows);
+  f1.k = static_cast<int>(cfg_.hidden);
+  f1.num_experts = groups_;
+  f1.x = hidden;
+  f1.x_stride = cfg_.hidden;
+  f1.scale_a = gate_gs_.get<float>();
+  f1.scale_b = up_gs_.get<float>();
+  f1.act_out = act_.get<uint16_t>();
+  f1.act_cols = static_cast<int>(I);
+  f1.act_stride = I;
+  f1.slots = slots_;
+  f1.tokens = static_cast<int>(tokens);
+  f1.routing = rp;
+  // FC2's weights of the batch's groups towards L2 at FC1's end, up to half the L2 (glm5-tp8 at
+  // T = 1: 8 MB of a 50 MB L2; glm5's 57 MB would evict themselves).
+  f1.prefetch_weights = w2_.get<uint8_t>();
+  f1.prefetch_scales = s2_.get<uint8_t>();
+  f1.prefetch_group_wbytes = fc2_.weight_bytes();
+  f1.prefetch_group_sbytes = fc2_.scale_bytes();
+  f1.prefetch_budget = gpu_.l2_bytes / 2;
+  const kernels::W4a16SmemShape shape1 = smem_shape(tokens, cfg_.hidden);
+  const int smem1 = k1.dynamic_smem_bytes(shape1);
+  const int grid1 = std::min(grid_for(k1, smem1), k1.max_blocks(shape1, f1.rowtiles));
+  k1.launch(f1, grid1, smem1, /*pdl=*/false, s);  // the layer's first kernel
+  record(2);
+
+  W4a16GemmParams f2;
+  f2.weights = w2_.get<uint8_t>();
+  f2.scales = s2_.get<uint8_t>();
+  f2.rowtiles = static_cast<int>(fc2_.rowtiles());
+  f2.kgroups = static_cast<int>(fc2_.kgroups());
+  f2.rows = static_cast<int>(cfg_.hidden);
+  f2.k = static_cast<int>(I);
+  f2.num_experts = groups_;
+  f2.x = act_.get<uint16_t>();
+  f2.x_stride = I;
+  f2.scale_a = down_gs_.get<float>();
+  f2.slots = slots_;
+  f2.tokens = static_cast<int>(tokens);
+  f2.routing = rp;
+  f2.out = out;
+  const kernels::W4a16SmemShape shape2 = smem_shape(tokens, I);
+  const int smem2 = k2.dynamic_smem_bytes(shape2);
+  const int grid2 = std::min(grid_for(k2, smem2), k2.max_blocks(shape2, f2.rowtiles));
+  k2.launch(f2, grid2, smem2, /*pdl=*/gpu_.sm >= 90, s);
   record(3);
 }
 

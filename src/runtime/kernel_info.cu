@@ -8,8 +8,9 @@
 
 namespace fp4moe {
 
-std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, int experts) {
-  if (t.family != Family::kW4a16Mma && t.family != Family::kW4a16Wgmma) return std::nullopt;
+std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, const ModelOptions& opt) {
+  if (t.family != Family::kW4a16Mma && t.family != Family::kW4a16Wgmma && t.family != Family::kW4a16Gemv)
+    return std::nullopt;
   const kernels::W4a16Kernel* k = kernels::find_w4a16_kernel(t);
   if (!k || query_cuda_environment().devices.empty()) return std::nullopt;
   cudaFuncAttributes attr{};
@@ -17,8 +18,12 @@ std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, int exp
   CompiledKernelInfo info;
   info.registers = attr.numRegs;
   info.static_smem = static_cast<int64_t>(attr.sharedSizeBytes);
-  info.dynamic_smem = k->dynamic_smem_bytes(experts);
+  info.dynamic_smem = k->dynamic_smem_bytes(kernels::W4a16SmemShape{opt.experts, opt.tokens, opt.k, opt.slots});
   info.max_threads = attr.maxThreadsPerBlock;
+  int device = 0, optin = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (info.dynamic_smem > optin) return info;  // cannot launch here: 0 CTAs per SM
   if (attr.maxDynamicSharedSizeBytes < info.dynamic_smem)
     FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(k->function, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(info.dynamic_smem)));

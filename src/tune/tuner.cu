@@ -26,6 +26,8 @@
 #include "fp4moe/resource_model.h"
 #include "fp4moe/synthetic.h"
 #include "fp4moe/tune.h"
+
+#include "fp4moe/heuristic.h"
 #include "fp4moe/version.h"
 #include "kernels/common/cuda_check.h"
 #include "runtime/captured_graph.h"
@@ -76,12 +78,15 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
   FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
   // Candidates: every compiled tactic of the GEMM's epilogue; the model rejects what cannot run.
-  auto candidates = [&](Epilogue ep, TuneResult& r) {
+  auto candidates = [&](Epilogue ep, int64_t T, TuneResult& r) {
     std::vector<Tactic> ok;
     for (const Tactic& t : compiled_w4a16_tactics()) {
       if (t.epilogue != ep) continue;
       ModelOptions mo;
       mo.experts = cfg.num_experts + (cfg.has_shared_expert() ? 1 : 0);
+      mo.tokens = static_cast<int>(std::min<int64_t>(T, 1 << 20));
+      mo.k = static_cast<int>(ep == Epilogue::kSwiglu ? cfg.hidden : cfg.intermediate);
+      mo.slots = cfg.routing.top_k + (cfg.has_shared_expert() ? 1 : 0);
       const ResourceReport rep = model_resources(t, gpu, DataType::kNvfp4, mo);
       if (rep.fits) ok.push_back(t);
       else r.rejected.push_back({t, "resource model: " + rep.reason});
@@ -156,7 +161,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       TuneResult r;
       r.bucket = T;
       r.gemm = stage == 1 ? fc1_key(cfg) : fc2_key(cfg);
-      for (const Tactic& t : candidates(stage == 1 ? Epilogue::kSwiglu : Epilogue::kFinalize, r)) {
+      for (const Tactic& t : candidates(stage == 1 ? Epilogue::kSwiglu : Epilogue::kFinalize, T, r)) {
         if (opt.progress)
           opt.progress("T=" + std::to_string(T) + (stage == 1 ? " FC1 " : " FC2 ") + format_tactic(t), done / total);
         LayerPlan plan = heuristic;
@@ -164,6 +169,16 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
         else {
           plan.fc1 = fc1_best;
           plan.fc2 = t;
+        }
+        // w4a16_gemv runs both GEMMs or neither: the other GEMM takes the candidate's twin (same
+        // shape, other epilogue), or the stream-K / prefill families' heuristic tactic.
+        Tactic& other = stage == 1 ? plan.fc2 : plan.fc1;
+        const Epilogue other_ep = stage == 1 ? Epilogue::kFinalize : Epilogue::kSwiglu;
+        if (t.family == Family::kW4a16Gemv && other.family != Family::kW4a16Gemv) {
+          other = t;
+          other.epilogue = other_ep;
+        } else if (t.family != Family::kW4a16Gemv && other.family == Family::kW4a16Gemv) {
+          other = heuristic_tactic(cfg, T, gpu, other_ep);
         }
         const double us = measure(plan, r, t);
         if (us >= 0) r.timed.push_back({t, us});

@@ -1,12 +1,14 @@
 // The GPU MoE layer against the float64 CPU reference, on fresh random inputs, with the
 // outputs poisoned before every run:
-//   - every compiled tactic of both families (FC1 swiglu x FC2 finalize) on an odd shape (K a multiple
+//   - every compiled tactic of every family (FC1 swiglu x FC2 finalize) on an odd shape (K a multiple
 //     of 16 but not of the 256-wide K tile, rows not a multiple of the row tile); small
-//     problems on a full grid exercise the stream-K fix-up of cut units;
+//     problems on a full grid exercise the stream-K fix-up of cut units; the small-batch family
+//     (w4a16_gemv, its two GEMMs together) at T in {1, 3, 8};
 //   - the glm5 and glm5-tp8 presets at full size for T in {1, 3, 16, 64, 257, 1024};
 //   - the prefill family (sm_90a) on glm5 for T in {128, 1000, 4096, 16384}, every tactic, the
 //     whole batch run and every non-finite value counted, sampled tokens against the reference;
-//   - all tokens on one expert, softmax routing, group-limited routing;
+//   - all tokens on one expert, softmax routing, group-limited routing (both also with the
+//     small-batch family's in-kernel routing);
 //   - bitwise identical output across repeated runs.
 // The reference is given the GPU's own routing (ids and weights), so a near-tie that float32
 // and float64 rank differently cannot fail a GEMM test; routing has its own test.
@@ -98,28 +100,38 @@ std::vector<Tactic> tactics_of(Epilogue ep) {
 TEST(GpuLayer, EveryTacticMatchesReferenceOnOddShape) {
   FP4MOE_REQUIRE_GPU();
   LayerCase c = make_case(odd_config(), 31);
-  std::vector<Tactic> fc1 = tactics_of(Epilogue::kSwiglu), fc2 = tactics_of(Epilogue::kFinalize);
   const bool wgmma = query_cuda_environment().devices[0].has_wgmma();
-  std::erase_if(fc1, [&](const Tactic& t) { return t.family == Family::kW4a16Wgmma && !wgmma; });
-  std::erase_if(fc2, [&](const Tactic& t) { return t.family == Family::kW4a16Wgmma && !wgmma; });
-  ASSERT_FALSE(fc1.empty());
-  ASSERT_EQ(fc1.size(), fc2.size());
   uint64_t seed = 100;
-  for (int64_t tokens : {1, 3, 16, 64, 257}) {
-    for (size_t i = 0; i < fc1.size(); ++i) {
-      for (size_t shift : {size_t{0}, size_t{3}}) {  // vary the pairing
-        const LayerPlan plan{fc1[i], fc2[(i + shift) % fc2.size()]};
-        const std::vector<float> hidden = make_hidden_states(tokens, c.weights.config.hidden, ++seed);
-        const std::vector<float> logits = make_router_logits(tokens, c.weights.config.num_experts, seed);
-        const RunResult r = run_layer(*c.layer, hidden, logits, tokens, &plan);
-        const test::Comparison cmp = check_against_reference(c.weights, hidden, tokens, r);
-        EXPECT_EQ(cmp.non_finite, 0) << format_tactic(plan.fc1) << " " << format_tactic(plan.fc2)
-                                     << " T=" << tokens;
-        EXPECT_LT(cmp.rel_frobenius, kTolerance)
-            << format_tactic(plan.fc1) << " + " << format_tactic(plan.fc2) << " T=" << tokens;
+  int plans = 0;
+  // Within each family (w4a16_gemv runs its two GEMMs together; the stream-K and prefill families
+  // mix), every FC1 tactic with two FC2 tactics; the small-batch family at the batches it takes.
+  for (const bool gemv : {false, true}) {
+    std::vector<Tactic> fc1 = tactics_of(Epilogue::kSwiglu), fc2 = tactics_of(Epilogue::kFinalize);
+    for (auto* list : {&fc1, &fc2})
+      std::erase_if(*list, [&](const Tactic& t) {
+        return (t.family == Family::kW4a16Gemv) != gemv || (t.family == Family::kW4a16Wgmma && !wgmma);
+      });
+    ASSERT_FALSE(fc1.empty());
+    ASSERT_EQ(fc1.size(), fc2.size());
+    const std::vector<int64_t> batches = gemv ? std::vector<int64_t>{1, 3, 8} : std::vector<int64_t>{1, 3, 16, 64, 257};
+    for (int64_t tokens : batches) {
+      for (size_t i = 0; i < fc1.size(); ++i) {
+        for (size_t shift : {size_t{0}, size_t{1}, size_t{3}}) {  // vary the pairing
+          const LayerPlan plan{fc1[i], fc2[(i + shift) % fc2.size()]};
+          const std::vector<float> hidden = make_hidden_states(tokens, c.weights.config.hidden, ++seed);
+          const std::vector<float> logits = make_router_logits(tokens, c.weights.config.num_experts, seed);
+          const RunResult r = run_layer(*c.layer, hidden, logits, tokens, &plan);
+          const test::Comparison cmp = check_against_reference(c.weights, hidden, tokens, r);
+          EXPECT_EQ(cmp.non_finite, 0) << format_tactic(plan.fc1) << " " << format_tactic(plan.fc2)
+                                       << " T=" << tokens;
+          EXPECT_LT(cmp.rel_frobenius, kTolerance)
+              << format_tactic(plan.fc1) << " + " << format_tactic(plan.fc2) << " T=" << tokens;
+          ++plans;
+        }
       }
     }
   }
+  EXPECT_GT(plans, 0);
 }
 
 class GpuLayerPreset : public ::testing::TestWithParam<std::string> {};
@@ -209,7 +221,7 @@ TEST(GpuLayer, AllTokensOnOneExpertAndEmptyExperts) {
   MoeConfig cfg = odd_config();
   cfg.routing.top_k = 1;
   LayerCase c = make_case(cfg, 41);
-  for (int64_t tokens : {5, 200}) {
+  for (int64_t tokens : {2, 5, 200}) {  // T = 2: the small-batch family (narrow experts)
     const std::vector<float> hidden = make_hidden_states(tokens, cfg.hidden, 77 + tokens);
     std::vector<float> logits = make_router_logits(tokens, cfg.num_experts, 77 + tokens);
     for (int64_t t = 0; t < tokens; ++t) logits[t * cfg.num_experts + 5] = 50.0f;  // expert 5 wins
@@ -230,28 +242,30 @@ TEST(GpuLayer, SoftmaxAndGroupLimitedRouting) {
     if (variant == 0) cfg.routing = RoutingConfig{RoutingMode::kSoftmaxTopK, 4, 1, 1, true, 1.0f};
     else cfg.routing = RoutingConfig{RoutingMode::kSigmoidNoAuxTc, 4, 4, 2, true, 2.5f};
     LayerCase c = make_case(cfg, 50 + variant);
-    const int64_t tokens = 37;
-    const std::vector<float> hidden = make_hidden_states(tokens, cfg.hidden, 9);
-    const std::vector<float> logits = make_router_logits(tokens, cfg.num_experts, 9);
-    const RunResult r = run_layer(*c.layer, hidden, logits, tokens, nullptr);
-    const Routing ref = route_reference(cfg.routing, logits, tokens, cfg.num_experts,
-                                        c.weights.correction_bias);
-    EXPECT_EQ(r.routing.ids, ref.ids) << "variant " << variant;
-    for (size_t i = 0; i < ref.weights.size(); ++i)
-      EXPECT_NEAR(r.routing.weights[i], ref.weights[i], 1e-5) << "variant " << variant;
-    const test::Comparison cmp = check_against_reference(c.weights, hidden, tokens, r);
-    EXPECT_LT(cmp.rel_frobenius, kTolerance) << "variant " << variant;
+    // T = 2: the small-batch family routes inside FC1 (narrow experts); T = 37: the routing kernels.
+    for (const int64_t tokens : {2, 37}) {
+      const std::vector<float> hidden = make_hidden_states(tokens, cfg.hidden, 9);
+      const std::vector<float> logits = make_router_logits(tokens, cfg.num_experts, 9);
+      const RunResult r = run_layer(*c.layer, hidden, logits, tokens, nullptr);
+      const Routing ref = route_reference(cfg.routing, logits, tokens, cfg.num_experts,
+                                          c.weights.correction_bias);
+      EXPECT_EQ(r.routing.ids, ref.ids) << "variant " << variant << " T=" << tokens;
+      for (size_t i = 0; i < ref.weights.size(); ++i)
+        EXPECT_NEAR(r.routing.weights[i], ref.weights[i], 1e-5) << "variant " << variant << " T=" << tokens;
+      const test::Comparison cmp = check_against_reference(c.weights, hidden, tokens, r);
+      EXPECT_LT(cmp.rel_frobenius, kTolerance) << "variant " << variant << " T=" << tokens;
+    }
   }
 }
 
 TEST(GpuLayer, RepeatedRunsAreBitwiseIdentical) {
   FP4MOE_REQUIRE_GPU();
   LayerCase c = make_case(odd_config(), 61);
-  for (int64_t tokens : {3, 300}) {
+  for (int64_t tokens : {1, 3, 300}) {
     const std::vector<float> hidden = make_hidden_states(tokens, c.weights.config.hidden, 5);
     const std::vector<float> logits = make_router_logits(tokens, c.weights.config.num_experts, 5);
     // Stream-K fix-ups and the finalize's arrival order vary run to run; the sums must not.
-    // (T = 300: 75 tokens per expert, the prefill family on sm_90a.)
+    // (T = 1: the small-batch family; T = 300: 75 tokens per expert, the prefill family on sm_90a.)
     const LayerPlan plan = c.layer->plan_for(tokens);
     const RunResult a = run_layer(*c.layer, hidden, logits, tokens, &plan);
     for (int rep = 0; rep < 3; ++rep) {
@@ -278,6 +292,15 @@ TEST(GpuLayer, RejectsBadInput) {
   LayerPlan missing = c.layer->plan_for(4);
   missing.fc1.tile_tokens = 24;  // not compiled
   EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 4, buf.get<uint16_t>(), nullptr, &missing),
+               Error);
+  // The small-batch family: both GEMMs or neither, and batches up to its tile.
+  LayerPlan mixed = c.layer->plan_for(1);
+  ASSERT_EQ(mixed.fc1.family, Family::kW4a16Gemv);
+  mixed.fc2 = c.layer->plan_for(64).fc2;
+  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 1, buf.get<uint16_t>(), nullptr, &mixed),
+               Error);
+  const LayerPlan small = c.layer->plan_for(1);
+  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 9, buf.get<uint16_t>(), nullptr, &small),
                Error);
   MoeWeights unmat = c.weights;
   unmat.experts[3] = ExpertWeights{};

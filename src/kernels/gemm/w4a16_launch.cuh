@@ -13,7 +13,7 @@ W4a16Kernel make_w4a16_kernel() {
   W4a16Kernel k;
   k.tactic = kT;
   k.function = reinterpret_cast<const void*>(&w4a16_grouped_gemm_kernel<encode_tactic(kT)>);
-  k.dynamic_smem_bytes = [](int experts) { return W4a16Traits<kT>::dynamic_smem_bytes(experts); };
+  k.dynamic_smem_bytes = [](const W4a16SmemShape& s) { return W4a16Traits<kT>::dynamic_smem_bytes(s.experts); };
   k.tile_floats = W4a16Traits<kT>::kTileFloats;
   k.launch = [](const W4a16GemmParams& p, int grid, int smem, bool pdl, cudaStream_t stream) {
     launch_kernel(&w4a16_grouped_gemm_kernel<encode_tactic(kT)>, dim3(grid), dim3(kT.warps * 32), smem, pdl,

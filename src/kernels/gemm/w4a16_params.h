@@ -8,7 +8,19 @@
 
 #include <cstdint>
 
+#include "kernels/moe/routing_params.h"
+
 namespace fp4moe::kernels {
+
+// What a kernel's dynamic shared memory depends on besides its tactic: the groups of the grouped
+// GEMM (the stream-K families' unit prefix) and, for the w4a16_gemv family, which stages its
+// whole batch, the batch's tokens, the GEMM's K and the slots per token.
+struct W4a16SmemShape {
+  int experts = 257;  // groups, the shared expert included
+  int tokens = 8;     // the batch (w4a16_gemv: at most its tile_tokens)
+  int k = 6144;       // the GEMM's K
+  int slots = 9;      // slots per token (top-k, +1 with a shared expert)
+};
 
 struct W4a16GemmParams {
   // ---- weights, prepacked (src/kernels/moe/prepack_layout.h): [expert][kgroup][rowtile] --
@@ -62,6 +74,19 @@ struct W4a16GemmParams {
   unsigned* grid_barrier = nullptr;
   int* unit_ticket = nullptr;          // prefill family: the unit scheduler's counter (zero between launches)
   uint16_t* out = nullptr;             // [token][rows] bf16
+  // ---- w4a16_gemv family: the whole batch (tokens <= tile_tokens) is the MMA's N ------------
+  // FC1 routes the batch itself in every CTA (routing.logits, the mode, ...) and CTA 0 stores
+  // routing.topk_ids / topk_weights, which FC2 reads; x is hidden (FC1, rows of k) or act (FC2,
+  // [token][slot] rows of act_stride); act_out is written in the same [token][slot] order.
+  int tokens = 0;
+  RoutingParams routing;
+  // FC1: once its own weights are read, each CTA prefetches a share of FC2's weights and scales
+  // of the active groups into L2 (sm_90+ bulk prefetch) - when they fit the budget (0: never)
+  const uint8_t* prefetch_weights = nullptr;
+  const uint8_t* prefetch_scales = nullptr;
+  int64_t prefetch_group_wbytes = 0;  // per group
+  int64_t prefetch_group_sbytes = 0;
+  int64_t prefetch_budget = 0;
 };
 
 }  // namespace fp4moe::kernels

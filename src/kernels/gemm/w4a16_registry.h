@@ -1,4 +1,5 @@
-// The table of compiled grouped-GEMM kernels of both families (w4a16_mma, w4a16_wgmma): each
+// The table of compiled grouped-GEMM kernels of our families (w4a16_mma, w4a16_wgmma,
+// w4a16_gemv): each
 // tactic maps to its launch function. Dispatch, the tuner and the resource-model test all go
 // through this table (no macro dispatch).
 #pragma once
@@ -16,7 +17,10 @@ namespace fp4moe::kernels {
 struct W4a16Kernel {
   Tactic tactic;
   const void* function;                          // the __global__ function
-  int (*dynamic_smem_bytes)(int experts);
+  int (*dynamic_smem_bytes)(const W4a16SmemShape& shape);
+  // w4a16_gemv: the most CTAs a launch can use (its blocks); nullptr for the stream-K families,
+  // which take every resident CTA slot
+  int (*max_blocks)(const W4a16SmemShape& shape, int rowtiles) = nullptr;
   int tile_floats;  // fp32 values of one partial tile (kRows x kTokens)
   // pdl: launch as a programmatic dependent of the previous kernel on the stream (sm_90+).
   void (*launch)(const W4a16GemmParams& p, int grid, int dynamic_smem, bool pdl,
@@ -34,5 +38,7 @@ std::vector<W4a16Kernel> w4a16_finalize_kernels();
 std::vector<W4a16Kernel> w4a16_none_kernels();
 std::vector<W4a16Kernel> w4a16_wgmma_swiglu_kernels();    // sm_90a only
 std::vector<W4a16Kernel> w4a16_wgmma_finalize_kernels();  // sm_90a only
+std::vector<W4a16Kernel> w4a16_gemv_swiglu_kernels();
+std::vector<W4a16Kernel> w4a16_gemv_finalize_kernels();
 
 }  // namespace fp4moe::kernels

@@ -20,7 +20,7 @@ W4a16Kernel make_w4a16_wgmma_kernel() {
   W4a16Kernel k;
   k.tactic = kT;
   k.function = reinterpret_cast<const void*>(kKernel);
-  k.dynamic_smem_bytes = [](int experts) { return W4a16WgmmaTraits<kT>::dynamic_smem_bytes(experts); };
+  k.dynamic_smem_bytes = [](const W4a16SmemShape& s) { return W4a16WgmmaTraits<kT>::dynamic_smem_bytes(s.experts); };
   k.tile_floats = 0;  // no stream-K partials
   k.launch = [](const W4a16GemmParams& p, int grid, int smem, bool pdl, cudaStream_t stream) {
     FP4MOE_CHECK(p.gather == nullptr, "w4a16_wgmma reads contiguous token rows: gather them first");

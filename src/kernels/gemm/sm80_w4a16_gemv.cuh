@@ -1,0 +1,460 @@
+// sm80_w4a16_gemv.cuh - the small-batch grouped GEMM (family w4a16_gemv): a whole batch of
+// T <= 8 tokens is the N side of one mma.sync m16n8k16 tile.
+//
+// Why a family of its own. At T = 1..4 the layer moves 5-200 MB of weights, and the stream-K
+// family (sm80_w4a16_grouped_gemm.cuh) spent most of a single-token layer in chains of latency
+// rather than in moving bytes (docs/PERFORMANCE.md: glm5-tp8 T = 1 at 37 us against a 5 us
+// floor): a routing launch, each CTA's unit prefix over every group, stream-K fix-ups whose
+// last CTA waits for the others, and a slot-sum launch. Here the batch's tokens themselves are
+// the MMA's 8 columns, whichever experts they chose, which removes all four:
+//   - FC1 routes the batch in every CTA (one warp per token, route_token.cuh; the same bits in
+//     every CTA) while its tokens' hidden rows land in shared memory: no routing launch, no
+//     permutation. FC1's CTA 0 publishes the routing (topk_ids / topk_weights) for FC2 and the
+//     caller.
+//   - Work is (group, row tiles) with the whole K in one CTA: the CTA's warps split K and sum
+//     their partial tiles in shared memory in warp order - no cross-CTA fix-up, reproducible.
+//   - FC2's CTA owns output rows for every group the batch chose: each group's partial tile is
+//     scaled per column by that token's routing weight (zero where the token did not choose
+//     the group) and summed in ascending group order - the finalize is the epilogue, no
+//     slot-sum launch, deterministic.
+// Columns of tokens that did not choose a group cost MMA issue slots only: at these sizes the
+// tensor cores are idle anyway, the bytes of weights are what counts.
+//
+// Weights stream straight into registers: the prepacked layout (prepack_layout.h) gives each
+// lane 16 contiguous bytes per (row tile, K group, 64-K chunk), so a warp's load of one chunk is
+// 512 contiguous bytes, and kDepth K groups per warp are in flight at once (ld.global.nc,
+// no L1 allocation: each byte is read once). No shared-memory staging of weights, no barriers
+// in the mainloop.
+//
+// Shared memory (dynamic, W4a16GemvTraits::layout): the batch's routing per (token, slot), the
+// bitmap and ascending list of active groups, per (active group, column) the slot and (FC2) the
+// weight, the warps' partial tiles (two buffers), and B: FC1 the T hidden rows, FC2 the T x slots
+// act rows, each padded with zeros to whole K groups (the prepacked weights are zero past K)
+// and 16 bytes more so that the 8 token rows of one B-fragment load fall on distinct banks.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "fp4moe/tactic.h"
+#include "kernels/common/dequant_nvfp4.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/gemm/grouped_units.cuh"
+#include "kernels/gemm/w4a16_params.h"
+#include "kernels/moe/route_token.cuh"
+
+namespace fp4moe::kernels {
+
+template <Tactic kT>
+struct W4a16GemvTraits {
+  static constexpr int kRowTiles = kT.tile_rows / 16;  // row tiles per block (every warp computes all)
+  static constexpr int kMaxTokens = kT.tile_tokens;    // the batch: one n8 MMA tile
+  static constexpr int kDepth = kT.stages;             // K groups in flight per warp, in registers
+  static constexpr int kWarps = kT.warps;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr bool kSwiglu = kT.epilogue == Epilogue::kSwiglu;
+
+  static_assert(kT.family == Family::kW4a16Gemv, "w4a16_gemv kernel instantiated for another family");
+  static_assert(kT.tile_k == 256, "one item is one prepacked K group of 256");
+  static_assert(kT.split_k == 1, "the warps of a CTA split K; its tactics carry split-K 1");
+  static_assert(kT.tile_tokens == 8, "the batch is one n8 MMA tile");
+  static_assert(kT.tile_rows % 16 == 0 && kRowTiles >= 1, "rows come in MMA tiles of 16");
+  static_assert(kRowTiles <= kWarps, "warp r finishes row tile r of a block");
+  static_assert(kDepth >= 1 && kDepth <= 8, "1..8 K groups in flight per warp");
+  static_assert(kT.epilogue == Epilogue::kSwiglu || kT.epilogue == Epilogue::kFinalize,
+                "w4a16_gemv is FC1 (swiglu, routing) or FC2 (finalize)");
+
+  __host__ __device__ static constexpr int align16(int b) { return (b + 15) / 16 * 16; }
+  // Row pitch of staged B in bytes: whole K groups, + 16 (bank offset between token rows).
+  __host__ __device__ static constexpr int x_pitch(int k) { return (k + 255) / 256 * 512 + 16; }
+  __host__ __device__ static constexpr int staged_rows(const W4a16SmemShape& s) {
+    return kSwiglu ? s.tokens : s.tokens * s.slots;
+  }
+  __host__ __device__ static constexpr int max_active(const W4a16SmemShape& s) {
+    return s.experts < s.tokens * s.slots ? s.experts : s.tokens * s.slots;
+  }
+  struct Layout {
+    int pair_ids, pair_w, bitmap, active, col_slot, col_w, count, red, x, total;
+  };
+  __host__ __device__ static constexpr Layout layout(const W4a16SmemShape& s) {
+    Layout l{};
+    int o = 0;
+    const int pairs = s.tokens * s.slots, act = max_active(s);
+    l.pair_ids = o, o += align16(4 * pairs);             // group of (token, slot)
+    l.pair_w = o, o += align16(4 * pairs);               // routing weight of (token, slot)
+    l.bitmap = o, o += align16(4 * ((s.experts + 31) / 32));
+    l.active = o, o += align16(4 * act);                 // active groups, ascending
+    l.col_slot = o, o += align16(8 * act);               // [active][column] slot or -1 (int8)
+    l.col_w = o, o += kSwiglu ? 0 : align16(32 * act);   // FC2: [active][column] weight (fp32)
+    l.count = o, o += 16;                                // the number of active groups
+    l.red = o, o += 2 * kWarps * kRowTiles * 512;        // partial tiles, two buffers
+    l.x = o, o += staged_rows(s) * x_pitch(s.k);         // B
+    l.total = o;
+    return l;
+  }
+  static constexpr int dynamic_smem_bytes(const W4a16SmemShape& s) { return layout(s).total; }
+  // Blocks of one launch at most (FC1: every active group x row blocks; FC2: row blocks).
+  static constexpr int max_blocks(const W4a16SmemShape& s, int rowtiles) {
+    const int row_blocks = (rowtiles + kRowTiles - 1) / kRowTiles;
+    return kSwiglu ? max_active(s) * row_blocks : row_blocks;
+  }
+};
+
+// FC1 routes with 8 experts per lane: up to 256 routed experts (GLM-5, DeepSeek-V3). A warp
+// holding 32 per lane (1024 experts) would need ~130 registers for the scores alone, raising
+// the whole kernel's allocation; more experts take the stream-K family.
+inline constexpr int kGemvPerLane = 8;
+inline constexpr int kGemvMaxRoutedExperts = 32 * kGemvPerLane;
+
+namespace gemv {
+
+// One K group of a warp's weights: per row tile, 4 chunks x 16 B and 8 scale bytes per lane.
+template <int kRowTiles>
+struct Stage {
+  uint4 w[kRowTiles][4];
+  uint2 s[kRowTiles];
+};
+
+// ld.global.nc.L1::no_allocate: weights are read once; keep L1 for the staged tokens' lines.
+__device__ __forceinline__ uint4 ld_stream_v4(const uint8_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+__device__ __forceinline__ uint2 ld_stream_v2(const uint8_t* p) {
+  uint2 v;
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+// FC1's share (by CTA) of the bytes of FC2's active groups - weights, then scales, of each group
+// in ascending order - issued as L2 bulk prefetches of at most 64 KB; nothing when they exceed
+// the budget (they would evict each other before FC2 reads them).
+__device__ __forceinline__ void prefetch_next_gemm(const W4a16GemmParams& p, const int* active, int A) {
+  const int64_t wb = p.prefetch_group_wbytes, sb = p.prefetch_group_sbytes, per = wb + sb;
+  const int64_t total = A * per;
+  if (p.prefetch_budget <= 0 || total > p.prefetch_budget) return;
+  const int64_t lo = blockIdx.x * total / gridDim.x / 16 * 16;
+  const int64_t hi = (blockIdx.x + 1 == gridDim.x) ? total : (blockIdx.x + 1) * total / gridDim.x / 16 * 16;
+  for (int64_t x = lo; x < hi;) {
+    const int a = static_cast<int>(x / per);
+    const int64_t off = x - a * per;
+    const bool in_weights = off < wb;
+    const int64_t end = min(hi, a * per + (in_weights ? wb : per));
+    const int64_t len = min(end - x, static_cast<int64_t>(64 << 10));
+    const uint8_t* base = in_weights ? p.prefetch_weights + active[a] * wb + off
+                                     : p.prefetch_scales + active[a] * sb + (off - wb);
+    w4a16::prefetch_l2(base, static_cast<uint32_t>(len));
+    x += len;
+  }
+}
+
+}  // namespace gemv
+
+// At most 128 registers (16 warps per SM): every warp keeps its own K groups in flight, so warps
+// per SM are the bytes in flight per SM.
+template <unsigned long long kCode>
+__global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_tactic(kCode).warps)
+    w4a16_gemv_kernel(const W4a16GemmParams p) {
+  constexpr Tactic kT = decode_tactic(kCode);
+  using Tr = W4a16GemvTraits<kT>;
+  constexpr int kRT = Tr::kRowTiles, kDepth = Tr::kDepth, kWarps = Tr::kWarps, kThreads = Tr::kThreads;
+  constexpr bool kSwiglu = Tr::kSwiglu;
+
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;  // MMA fragment coordinates
+  const RoutingParams& rp = p.routing;
+  const int T = p.tokens, E = rp.experts, K_top = rp.top_k, slots = p.slots;
+  const int groups = p.num_experts;
+  const auto L = Tr::layout(W4a16SmemShape{groups, T, p.k, slots});
+  int* pair_ids = reinterpret_cast<int*>(smem + L.pair_ids);
+  float* pair_w = reinterpret_cast<float*>(smem + L.pair_w);
+  unsigned* bitmap = reinterpret_cast<unsigned*>(smem + L.bitmap);
+  int* active = reinterpret_cast<int*>(smem + L.active);
+  int8_t* col_slot = reinterpret_cast<int8_t*>(smem + L.col_slot);
+  float* col_w = reinterpret_cast<float*>(smem + L.col_w);
+  int* count = reinterpret_cast<int*>(smem + L.count);
+  uint8_t* xs = smem + L.x;
+  const int pitch = Tr::x_pitch(p.k);
+  const int KG = p.kgroups;
+
+  // B into shared memory by cp.async (zero past K): FC1 the batch's hidden rows (a layer input:
+  // they land while the routing below runs), FC2 the act rows of every (token, slot) (FC1's
+  // output: after griddepcontrol.wait).
+  auto stage_b = [&] {
+    const int rows = kSwiglu ? T : T * slots, pieces = KG * 32;  // 16-byte pieces per row
+    for (int i = tid; i < rows * pieces; i += kThreads) {
+      const int r = i / pieces, c = i - r * pieces;
+      const bool valid = c * 8 < p.k;
+      ptx::cp_async_16(xs + r * pitch + c * 16, valid ? p.x + r * p.x_stride + c * 8 : p.x, valid);
+    }
+    ptx::cp_async_commit();
+  };
+  if constexpr (kSwiglu) stage_b();
+
+  // ---- 1. the batch's routing: group and weight of every (token, slot) -----------------------
+  // FC1 routes (one warp per token, the same bits in every CTA) and its CTA 0 publishes the
+  // routing; FC2 reads it once FC1 is complete. (FC2 routing for itself before the wait, so as
+  // to request its weights while FC1 ran, measured slower: the routing's code in both kernels
+  // cost more in instruction-cache misses than the wait it hid.)
+  if constexpr (kSwiglu) {
+    for (int tok = warp; tok < T; tok += kWarps) {
+      int id;
+      float w;
+      routing_device::route_token<kGemvPerLane>(rp, tok, lane, id, w);
+      if (lane < K_top) {
+        pair_ids[tok * slots + lane] = id;
+        pair_w[tok * slots + lane] = w;
+        if (blockIdx.x == 0) {
+          rp.topk_ids[tok * K_top + lane] = id;
+          rp.topk_weights[tok * K_top + lane] = w;
+        }
+      }
+    }
+  } else {
+    w4a16::griddep_wait();  // FC1's routing and act are complete and visible
+    for (int i = tid; i < T * K_top; i += kThreads) {
+      const int tok = i / K_top, s2 = i - tok * K_top;
+      pair_ids[tok * slots + s2] = rp.topk_ids[i];
+      pair_w[tok * slots + s2] = rp.topk_weights[i];
+    }
+    stage_b();
+  }
+  // FC2's CTAs may become resident now; they wait for this grid's completion to read.
+  if constexpr (kSwiglu) w4a16::griddep_launch_dependents();
+  if (rp.shared_expert)
+    for (int tok = tid; tok < T; tok += kThreads) {
+      pair_ids[tok * slots + K_top] = E;
+      pair_w[tok * slots + K_top] = 1.0f;
+    }
+  for (int i = tid; i < (groups + 31) / 32; i += kThreads) bitmap[i] = 0;
+  __syncthreads();
+  for (int i = tid; i < T * slots; i += kThreads) atomicOr(&bitmap[pair_ids[i] >> 5], 1u << (pair_ids[i] & 31));
+  __syncthreads();
+  // ---- 2. active groups in ascending order (FC2 sums them in this order: reproducible) -------
+  if (warp == 0) {
+    int n = 0;
+    for (int base = 0; base < groups; base += 32) {
+      const bool on = (bitmap[base >> 5] >> lane) & 1u;
+      const unsigned ballot = __ballot_sync(0xffffffffu, on);
+      if (on) active[n + __popc(ballot & ((1u << lane) - 1u))] = base + lane;
+      n += __popc(ballot);
+    }
+    if (lane == 0) *count = n;
+  }
+  __syncthreads();
+  const int A = *count;
+  for (int i = tid; i < A * 8; i += kThreads) {
+    const int a = i >> 3, n = i & 7;
+    int slot = -1;
+    if (n < T)
+      for (int s = 0; s < slots; ++s)
+        if (pair_ids[n * slots + s] == active[a]) slot = s;
+    col_slot[i] = static_cast<int8_t>(slot);
+    if constexpr (!kSwiglu)
+      col_w[i] = slot < 0 ? 0.0f : pair_w[n * slots + slot] * p.scale_a[active[a]] * kDequantEpilogueFactor;
+  }
+  __syncthreads();  // the tables are complete
+
+  // ---- 3. blocks: (active group, row block) for FC1, row blocks of the output for FC2 --------
+  const int row_blocks = (p.rowtiles + kRT - 1) / kRT;
+  const int blocks = kSwiglu ? A * row_blocks : row_blocks;
+  const int my_blocks = static_cast<int>(blockIdx.x) < blocks ? (blocks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  // A block's items (one K group each): FC1 the group's K groups; FC2 (group, K group) for every
+  // active group, group-major. Warp w takes items [w * n / W, (w + 1) * n / W) of every block.
+  const int items = kSwiglu ? KG : A * KG;
+  const int my_begin = warp * items / kWarps, my_count = (warp + 1) * items / kWarps - my_begin;
+  const int64_t expert_wbytes = static_cast<int64_t>(p.rowtiles) * KG * 2048;
+  const int64_t expert_sbytes = static_cast<int64_t>(p.rowtiles) * KG * 256;
+  // Lane-constant B offset: token row g, K = 64c + 16t + 8h -> byte 128c + 32t + 16h of a K group.
+  const uint8_t* fc1_b = (kSwiglu && g < T) ? xs + g * pitch + t * 32 : nullptr;
+  // Block bi of this CTA: its group (FC1) and first row tile.
+  auto block_a = [&](int bi) { return kSwiglu ? (blockIdx.x + bi * gridDim.x) / row_blocks : 0; };
+  auto block_rt0 = [&](int bi) {
+    const int blk = blockIdx.x + bi * gridDim.x;
+    return (kSwiglu ? blk - (blk / row_blocks) * row_blocks : blk) * kRT;
+  };
+  // Item i (0..my_count) of block bi: its group and K group.
+  auto item_a = [&](int bi, int i) { return kSwiglu ? block_a(bi) : (my_begin + i) / KG; };
+  auto item_kg = [&](int i) { return kSwiglu ? my_begin + i : (my_begin + i) % KG; };
+
+  // Loads of one item (row tiles past the matrix: zero scales, so zero values, no load).
+  auto issue = [&](gemv::Stage<kRT>& S, int bi, int i) {
+    const int e = active[item_a(bi, i)], rt0 = block_rt0(bi);
+    const int64_t tile = static_cast<int64_t>(item_kg(i)) * p.rowtiles + rt0;
+    const uint8_t* wb = p.weights + e * expert_wbytes + tile * 2048 + lane * 16;
+    const uint8_t* sb = p.scales + e * expert_sbytes + tile * 256 + lane * 8;
+#pragma unroll
+    for (int r = 0; r < kRT; ++r) {
+      if (rt0 + r < p.rowtiles) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) S.w[r][c] = gemv::ld_stream_v4(wb + r * 2048 + c * 512);
+        S.s[r] = gemv::ld_stream_v2(sb + r * 256);
+      } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) S.w[r][c] = make_uint4(0, 0, 0, 0);
+        S.s[r] = make_uint2(0, 0);
+      }
+    }
+  };
+
+  float acc[kRT][4];
+#pragma unroll
+  for (int r = 0; r < kRT; ++r)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[r][i] = 0.0f;
+
+  // The MMAs of one item into `tile` (B from `brow`, its K group's bytes; nullptr: zeros).
+  auto mma_item = [&](const gemv::Stage<kRT>& S, const uint8_t* brow, float (&tile)[kRT][4]) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      uint32_t sg[kRT], sg8[kRT];
+#pragma unroll
+      for (int r = 0; r < kRT; ++r) {
+        const uint32_t word = c < 2 ? S.s[r].x : S.s[r].y;
+        if (c & 1) {
+          sg[r] = ue5m3_to_bf16x2_scaled<2>(word);
+          sg8[r] = ue5m3_to_bf16x2_scaled<3>(word);
+        } else {
+          sg[r] = ue5m3_to_bf16x2_scaled<0>(word);
+          sg8[r] = ue5m3_to_bf16x2_scaled<1>(word);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // B: x.y = MMA step 2h (K +0..3 of this lane's 8), z.w = step 2h + 1; zero columns
+        // where the token did not choose the group.
+        const uint4 bv = brow ? ptx::ld_shared_v4(brow + c * 128 + h * 16) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int s2 = 0; s2 < 2; ++s2) {
+          const int step = 2 * h + s2;
+#pragma unroll
+          for (int r = 0; r < kRT; ++r) {
+            const uint4& w4 = S.w[r][c];
+            const uint32_t w = step == 0 ? w4.x : step == 1 ? w4.y : step == 2 ? w4.z : w4.w;
+            uint32_t af[4];
+            dequant_a_fragment(w, sg[r], sg8[r], af);
+            if (s2 == 0) ptx::mma_bf16_m16n8k16(tile[r], af, bv.x, bv.y);
+            else ptx::mma_bf16_m16n8k16(tile[r], af, bv.z, bv.w);
+          }
+        }
+      }
+    }
+  };
+  // One item: FC1 accumulates into acc; FC2 into a per-item tile that is then added to acc
+  // scaled per column (token) by its weight for this group.
+  auto compute = [&](const gemv::Stage<kRT>& S, int bi, int i) {
+    const int kg = item_kg(i);
+    if constexpr (kSwiglu) {
+      mma_item(S, fc1_b ? fc1_b + kg * 512 : nullptr, acc);
+    } else {
+      const int a = item_a(bi, i);
+      const int s = col_slot[a * 8 + g];  // -1 past the batch or where token g skipped a
+      float part[kRT][4] = {};
+      mma_item(S, s >= 0 ? xs + (g * slots + s) * pitch + t * 32 + kg * 512 : nullptr, part);
+      // part[r][j]: column 2t + (j & 1)
+      const float w0 = col_w[a * 8 + 2 * t], w1 = col_w[a * 8 + 2 * t + 1];
+#pragma unroll
+      for (int r = 0; r < kRT; ++r) {
+        acc[r][0] += w0 * part[r][0];
+        acc[r][1] += w1 * part[r][1];
+        acc[r][2] += w0 * part[r][2];
+        acc[r][3] += w1 * part[r][3];
+      }
+    }
+  };
+
+  // The end of block bi: the warps' partial tiles summed in warp order (two buffers, one CTA
+  // barrier), warp r finishes row tile r; acc restarts at zero.
+  int red_buf = 0;
+  auto block_end = [&](int bi) {
+    float4* red = reinterpret_cast<float4*>(smem + L.red) + red_buf * kWarps * kRT * 32;
+#pragma unroll
+    for (int r = 0; r < kRT; ++r) {
+      red[(warp * kRT + r) * 32 + lane] = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][i] = 0.0f;
+    }
+    __syncthreads();  // also: the other buffer's readers (the block before) are done
+    red_buf ^= 1;
+    const int rt = block_rt0(bi) + warp;
+    if (warp >= kRT || rt >= p.rowtiles) return;
+    float4 sum = red[warp * 32 + lane];
+    for (int w = 1; w < kWarps; ++w) {
+      const float4 v = red[(w * kRT + warp) * 32 + lane];
+      sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+    }
+    const float v[4] = {sum.x, sum.y, sum.z, sum.w};  // rows g, g, g+8, g+8 x columns 2t, 2t+1
+    if constexpr (kSwiglu) {
+      // Row tile q: gate rows 8q..8q+7 (tile rows 0-7), up rows 8q..8q+7 (8-15): act column 8q + g.
+      const int a = block_a(bi), e = active[a];
+      const float ka = p.scale_a[e] * kDequantEpilogueFactor, kb = p.scale_b[e] * kDequantEpilogueFactor;
+      const int col = rt * 8 + g;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int n = 2 * t + i, s = col_slot[a * 8 + n];
+        if (s >= 0 && col < p.act_cols)
+          p.act_out[static_cast<int64_t>(n * slots + s) * p.act_stride + col] =
+              w4a16::to_bf16_bits(w4a16::silu(v[i] * ka) * (v[i + 2] * kb));
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int n = 2 * t + (i & 1), row = rt * 16 + g + (i >> 1) * 8;
+        if (n < T && row < p.rows) p.out[static_cast<int64_t>(n) * p.rows + row] = w4a16::to_bf16_bits(v[i]);
+      }
+    }
+  };
+
+  // The warp's items of all its blocks as one stream, kDepth K groups in flight across block
+  // ends (stage j holds items j, j + kDepth, ...: static register names). Every warp passes
+  // every block end's barrier, those with no items too.
+  auto wait_b = [&] {
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // every thread's B copies
+  };
+  if (my_count == 0) {
+    wait_b();
+    if constexpr (kSwiglu)
+      if (tid == 0) gemv::prefetch_next_gemm(p, active, A);
+    for (int bi = 0; bi < my_blocks; ++bi) block_end(bi);
+    return;
+  }
+  const int total = my_blocks * my_count;
+  int ib = 0, ii = 0;  // the next item to load: block, item
+  auto advance = [&](int& bi, int& i) {
+    if (++i == my_count) i = 0, ++bi;
+  };
+  // The first kDepth items' weights are requested before B is complete.
+  gemv::Stage<kRT> st[kDepth];
+#pragma unroll
+  for (int j = 0; j < kDepth; ++j)
+    if (j < total) issue(st[j], ib, ii), advance(ib, ii);
+  wait_b();
+  int cb = 0, ci = 0;  // the item computed next
+  for (int f0 = 0; f0 < total; f0 += kDepth) {
+#pragma unroll
+    for (int j = 0; j < kDepth; ++j) {
+      if (f0 + j < total) {
+        compute(st[j], cb, ci);
+        if (f0 + j + kDepth < total) {
+          issue(st[j], ib, ii);
+          advance(ib, ii);
+        }
+        if (ci + 1 == my_count) block_end(cb);
+        advance(cb, ci);
+      }
+    }
+  }
+  // The CTA's weights are all read: FC1 moves FC2's towards L2 while other CTAs end and FC2
+  // launches. (Here rather than at the last block's end: inside the pipelined loop its 64-bit
+  // arithmetic cost the mainloop registers, which are capped at 128.)
+  if constexpr (kSwiglu)
+    if (tid == 0) gemv::prefetch_next_gemm(p, active, A);
+}
+
+}  // namespace fp4moe::kernels
