@@ -464,13 +464,6 @@ void GpuMoeLayerImpl::run_gemv(const uint16_t* hidden, const float* logits, int6
   f1.slots = slots_;
   f1.tokens = static_cast<int>(tokens);
   f1.routing = rp;
-  // FC2's weights of the batch's groups towards L2 at FC1's end, up to half the L2 (glm5-tp8 at
-  // T = 1: 8 MB of a 50 MB L2; glm5's 57 MB would evict themselves).
-  f1.prefetch_weights = w2_.get<uint8_t>();
-  f1.prefetch_scales = s2_.get<uint8_t>();
-  f1.prefetch_group_wbytes = fc2_.weight_bytes();
-  f1.prefetch_group_sbytes = fc2_.scale_bytes();
-  f1.prefetch_budget = gpu_.l2_bytes / 2;
   const kernels::W4a16SmemShape shape1 = smem_shape(tokens, cfg_.hidden);
   const int smem1 = k1.dynamic_smem_bytes(shape1);
   const int grid1 = std::min(grid_for(k1, smem1), k1.max_blocks(shape1, f1.rowtiles));

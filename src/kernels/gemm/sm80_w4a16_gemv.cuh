@@ -20,6 +20,14 @@
 // Columns of tokens that did not choose a group cost MMA issue slots only: at these sizes the
 // tensor cores are idle anyway, the bytes of weights are what counts.
 //
+// Measured (H200, docs/HEURISTIC.md): glm5-tp8 (16 MB + 8 MB of weights at T = 1) 29 us a layer
+// against 37 us for the stream-K family, and level or ahead at T = 2; slower from T = 3, and on
+// glm5 (I = 2048) at every T (86 against 75 us at T = 1): each lane's loads and dequantization
+// move the bytes at well under the rate of the stream-K family's copy-engine stages, and ncu puts
+// the largest share of warp samples on instruction fetch (its pipeline unrolled kDepth times and
+// the routing inlined, the profiled builds were 6000-6700 SASS instructions). The heuristic takes
+// it where it wins: narrow experts, T <= 2.
+//
 // Weights stream straight into registers: the prepacked layout (prepack_layout.h) gives each
 // lane 16 contiguous bytes per (row tile, K group, 64-K chunk), so a warp's load of one chunk is
 // 512 contiguous bytes, and kDepth K groups per warp are in flight at once (ld.global.nc,
@@ -130,28 +138,6 @@ __device__ __forceinline__ uint2 ld_stream_v2(const uint8_t* p) {
   return v;
 }
 
-// FC1's share (by CTA) of the bytes of FC2's active groups - weights, then scales, of each group
-// in ascending order - issued as L2 bulk prefetches of at most 64 KB; nothing when they exceed
-// the budget (they would evict each other before FC2 reads them).
-__device__ __forceinline__ void prefetch_next_gemm(const W4a16GemmParams& p, const int* active, int A) {
-  const int64_t wb = p.prefetch_group_wbytes, sb = p.prefetch_group_sbytes, per = wb + sb;
-  const int64_t total = A * per;
-  if (p.prefetch_budget <= 0 || total > p.prefetch_budget) return;
-  const int64_t lo = blockIdx.x * total / gridDim.x / 16 * 16;
-  const int64_t hi = (blockIdx.x + 1 == gridDim.x) ? total : (blockIdx.x + 1) * total / gridDim.x / 16 * 16;
-  for (int64_t x = lo; x < hi;) {
-    const int a = static_cast<int>(x / per);
-    const int64_t off = x - a * per;
-    const bool in_weights = off < wb;
-    const int64_t end = min(hi, a * per + (in_weights ? wb : per));
-    const int64_t len = min(end - x, static_cast<int64_t>(64 << 10));
-    const uint8_t* base = in_weights ? p.prefetch_weights + active[a] * wb + off
-                                     : p.prefetch_scales + active[a] * sb + (off - wb);
-    w4a16::prefetch_l2(base, static_cast<uint32_t>(len));
-    x += len;
-  }
-}
-
 }  // namespace gemv
 
 // At most 128 registers (16 warps per SM): every warp keeps its own K groups in flight, so warps
@@ -199,8 +185,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_t
   // ---- 1. the batch's routing: group and weight of every (token, slot) -----------------------
   // FC1 routes (one warp per token, the same bits in every CTA) and its CTA 0 publishes the
   // routing; FC2 reads it once FC1 is complete. (FC2 routing for itself before the wait, so as
-  // to request its weights while FC1 ran, measured slower: the routing's code in both kernels
-  // cost more in instruction-cache misses than the wait it hid.)
+  // to request its weights while FC1 ran, measured slower - glm5-tp8 T = 1 30.8 against 28.7 us,
+  // H200 - with instruction fetch already the kernels' largest stall in ncu.)
   if constexpr (kSwiglu) {
     for (int tok = warp; tok < T; tok += kWarps) {
       int id;
@@ -419,8 +405,6 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_t
   };
   if (my_count == 0) {
     wait_b();
-    if constexpr (kSwiglu)
-      if (tid == 0) gemv::prefetch_next_gemm(p, active, A);
     for (int bi = 0; bi < my_blocks; ++bi) block_end(bi);
     return;
   }
@@ -450,11 +434,6 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_t
       }
     }
   }
-  // The CTA's weights are all read: FC1 moves FC2's towards L2 while other CTAs end and FC2
-  // launches. (Here rather than at the last block's end: inside the pipelined loop its 64-bit
-  // arithmetic cost the mainloop registers, which are capped at 128.)
-  if constexpr (kSwiglu)
-    if (tid == 0) gemv::prefetch_next_gemm(p, active, A);
 }
 
 }  // namespace fp4moe::kernels

@@ -80,13 +80,6 @@ struct W4a16GemmParams {
   // [token][slot] rows of act_stride); act_out is written in the same [token][slot] order.
   int tokens = 0;
   RoutingParams routing;
-  // FC1: once its own weights are read, each CTA prefetches a share of FC2's weights and scales
-  // of the active groups into L2 (sm_90+ bulk prefetch) - when they fit the budget (0: never)
-  const uint8_t* prefetch_weights = nullptr;
-  const uint8_t* prefetch_scales = nullptr;
-  int64_t prefetch_group_wbytes = 0;  // per group
-  int64_t prefetch_group_sbytes = 0;
-  int64_t prefetch_budget = 0;
 };
 
 }  // namespace fp4moe::kernels
