@@ -96,6 +96,33 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
     return kernels::W4a16SmemShape{groups_, static_cast<int>(tokens), static_cast<int>(k), slots_};
   }
   int grid_for(const W4a16Kernel& k, int dynamic_smem);
+  // What every family's launch of a GEMM shares: its prepacked weights and shape, the groups and
+  // the first global scale per group (FC1: gate, FC2: down; FC1's up scale is its own field).
+  W4a16GemmParams gemm_params(const kernels::PrepackShape& shape, const DeviceBuffer& weights,
+                              const DeviceBuffer& scales, const DeviceBuffer& global_scale, int64_t k) const {
+    W4a16GemmParams g;
+    g.weights = weights.get<uint8_t>();
+    g.scales = scales.get<uint8_t>();
+    g.rowtiles = static_cast<int>(shape.rowtiles());
+    g.kgroups = static_cast<int>(shape.kgroups());
+    g.rows = static_cast<int>(shape.rows);
+    g.k = static_cast<int>(k);
+    g.num_experts = groups_;
+    g.scale_a = global_scale.get<float>();
+    return g;
+  }
+  // The routing of `tokens` rows of `logits` into topk_ids / topk_weights (the permutation's
+  // buffers are the stream-K path's to add).
+  kernels::RoutingParams routing_params(const float* logits, int64_t tokens) const {
+    kernels::RoutingParams rp = kernels::routing_params_for(cfg_, tokens);
+    rp.logits = logits;
+    rp.correction_bias = cfg_.routing.mode == RoutingMode::kSigmoidNoAuxTc && bias_.bytes() >= size_t(cfg_.num_experts) * 4
+                             ? bias_.get<float>() : nullptr;
+    rp.shared_expert = cfg_.has_shared_expert();
+    rp.topk_ids = topk_ids_.get<int>();
+    rp.topk_weights = topk_w_.get<float>();
+    return rp;
+  }
 
   MoeConfig cfg_;
   GpuSpec gpu_;
@@ -335,13 +362,7 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
     return;
   }
 
-  kernels::RoutingParams rp = kernels::routing_params_for(cfg_, tokens);
-  rp.logits = logits;
-  rp.correction_bias = cfg_.routing.mode == RoutingMode::kSigmoidNoAuxTc && bias_.bytes() >= size_t(cfg_.num_experts) * 4
-                           ? bias_.get<float>() : nullptr;
-  rp.shared_expert = cfg_.has_shared_expert();
-  rp.topk_ids = topk_ids_.get<int>();
-  rp.topk_weights = topk_w_.get<float>();
+  kernels::RoutingParams rp = routing_params(logits, tokens);
   rp.expert_offsets = offsets_.get<int>();
   rp.row_token = row_token_.get<int>();
   rp.row_weight = row_weight_.get<float>();
@@ -369,20 +390,12 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
                                 x_perm_.get<uint16_t>(), pdl, s);
   record(1);
 
-  W4a16GemmParams f1;
-  f1.weights = w13_.get<uint8_t>();
-  f1.scales = s13_.get<uint8_t>();
-  f1.rowtiles = static_cast<int>(fc1_.rowtiles());
-  f1.kgroups = static_cast<int>(fc1_.kgroups());
-  f1.rows = static_cast<int>(fc1_.rows);
-  f1.k = static_cast<int>(cfg_.hidden);
-  f1.num_experts = groups_;
+  W4a16GemmParams f1 = gemm_params(fc1_, w13_, s13_, gate_gs_, cfg_.hidden);
   f1.expert_offsets = offsets_.get<int>();
   f1.x = gathered ? x_perm_.get<uint16_t>() : hidden;
   f1.x_stride = gathered ? kernels::fragment_order_pitch(cfg_.hidden) : cfg_.hidden;
   f1.x_rows = gathered ? tokens * slots_ : tokens;
   f1.gather = gathered ? nullptr : row_token_.get<int>();
-  f1.scale_a = gate_gs_.get<float>();
   f1.scale_b = up_gs_.get<float>();
   f1.partials = partials_.get<float>();
   f1.unit_counters = unit_counters_.get<int>();
@@ -395,20 +408,12 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   k1.launch(f1, grid_for(k1, smem1), smem1, pdl, s);
   record(2);
 
-  W4a16GemmParams f2;
-  f2.weights = w2_.get<uint8_t>();
-  f2.scales = s2_.get<uint8_t>();
-  f2.rowtiles = static_cast<int>(fc2_.rowtiles());
-  f2.kgroups = static_cast<int>(fc2_.kgroups());
-  f2.rows = static_cast<int>(cfg_.hidden);
-  f2.k = static_cast<int>(cfg_.intermediate);
-  f2.num_experts = groups_;
+  W4a16GemmParams f2 = gemm_params(fc2_, w2_, s2_, down_gs_, cfg_.intermediate);
   f2.expert_offsets = offsets_.get<int>();
   f2.offsets_ready = true;  // written by the routing, which FC1 waited for
   f2.x = act_.get<uint16_t>();
   f2.x_stride = act_stride;
   f2.x_rows = tokens * slots_;
-  f2.scale_a = down_gs_.get<float>();
   f2.partials = partials_.get<float>();
   f2.unit_counters = unit_counters_.get<int>();
   f2.row_weight = row_weight_.get<float>();
@@ -435,28 +440,14 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
 void GpuMoeLayerImpl::run_gemv(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
                                cudaStream_t s, const W4a16Kernel& k1, const W4a16Kernel& k2,
                                const std::function<void(int)>& record) {
-  kernels::RoutingParams rp = kernels::routing_params_for(cfg_, tokens);
-  rp.logits = logits;
-  rp.correction_bias = cfg_.routing.mode == RoutingMode::kSigmoidNoAuxTc && bias_.bytes() >= size_t(cfg_.num_experts) * 4
-                           ? bias_.get<float>() : nullptr;
-  rp.shared_expert = cfg_.has_shared_expert();
-  rp.topk_ids = topk_ids_.get<int>();
-  rp.topk_weights = topk_w_.get<float>();
+  kernels::RoutingParams rp = routing_params(logits, tokens);
   const int64_t I = cfg_.intermediate;
   record(0);
   record(1);  // the routing is FC1's prologue: its phase is empty
 
-  W4a16GemmParams f1;
-  f1.weights = w13_.get<uint8_t>();
-  f1.scales = s13_.get<uint8_t>();
-  f1.rowtiles = static_cast<int>(fc1_.rowtiles());
-  f1.kgroups = static_cast<int>(fc1_.kgroups());
-  f1.rows = static_cast<int>(fc1_.rows);
-  f1.k = static_cast<int>(cfg_.hidden);
-  f1.num_experts = groups_;
+  W4a16GemmParams f1 = gemm_params(fc1_, w13_, s13_, gate_gs_, cfg_.hidden);
   f1.x = hidden;
   f1.x_stride = cfg_.hidden;
-  f1.scale_a = gate_gs_.get<float>();
   f1.scale_b = up_gs_.get<float>();
   f1.act_out = act_.get<uint16_t>();
   f1.act_cols = static_cast<int>(I);
@@ -470,17 +461,9 @@ void GpuMoeLayerImpl::run_gemv(const uint16_t* hidden, const float* logits, int6
   k1.launch(f1, grid1, smem1, /*pdl=*/false, s);  // the layer's first kernel
   record(2);
 
-  W4a16GemmParams f2;
-  f2.weights = w2_.get<uint8_t>();
-  f2.scales = s2_.get<uint8_t>();
-  f2.rowtiles = static_cast<int>(fc2_.rowtiles());
-  f2.kgroups = static_cast<int>(fc2_.kgroups());
-  f2.rows = static_cast<int>(cfg_.hidden);
-  f2.k = static_cast<int>(I);
-  f2.num_experts = groups_;
+  W4a16GemmParams f2 = gemm_params(fc2_, w2_, s2_, down_gs_, cfg_.intermediate);
   f2.x = act_.get<uint16_t>();
   f2.x_stride = I;
-  f2.scale_a = down_gs_.get<float>();
   f2.slots = slots_;
   f2.tokens = static_cast<int>(tokens);
   f2.routing = rp;

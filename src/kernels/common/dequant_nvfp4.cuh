@@ -101,6 +101,22 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
+// The block scales of rows g and g+8 for 64-K chunk c (0..3) of a K group, as bf16x2, from a
+// lane's 8 scale bytes (prepack_layout.h: byte 2c is row g's, 2c + 1 row g+8's). c is a
+// compile-time constant once the caller's chunk loop is unrolled. (The decode family's loop
+// keeps its own copy of these lines: through this function ptxas scheduled its mainloop
+// differently, and that schedule was not measured.)
+__device__ __forceinline__ void chunk_scales(uint2 sc8, int c, uint32_t& scale_g, uint32_t& scale_g8) {
+  const uint32_t word = c < 2 ? sc8.x : sc8.y;
+  if (c & 1) {
+    scale_g = ue5m3_to_bf16x2_scaled<2>(word);
+    scale_g8 = ue5m3_to_bf16x2_scaled<3>(word);
+  } else {
+    scale_g = ue5m3_to_bf16x2_scaled<0>(word);
+    scale_g8 = ue5m3_to_bf16x2_scaled<1>(word);
+  }
+}
+
 // One A-fragment step: 8 values of a prepacked word, scaled by the row-g and row-(g+8)
 // block scales (as bf16x2 from ue5m3_to_bf16x2_scaled).
 __device__ __forceinline__ void dequant_a_fragment(uint32_t w, uint32_t scale_g, uint32_t scale_g8,

@@ -300,16 +300,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_t
     for (int c = 0; c < 4; ++c) {
       uint32_t sg[kRT], sg8[kRT];
 #pragma unroll
-      for (int r = 0; r < kRT; ++r) {
-        const uint32_t word = c < 2 ? S.s[r].x : S.s[r].y;
-        if (c & 1) {
-          sg[r] = ue5m3_to_bf16x2_scaled<2>(word);
-          sg8[r] = ue5m3_to_bf16x2_scaled<3>(word);
-        } else {
-          sg[r] = ue5m3_to_bf16x2_scaled<0>(word);
-          sg8[r] = ue5m3_to_bf16x2_scaled<1>(word);
-        }
-      }
+      for (int r = 0; r < kRT; ++r) chunk_scales(S.s[r], c, sg[r], sg8[r]);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         // B: x.y = MMA step 2h (K +0..3 of this lane's 8), z.w = step 2h + 1; zero columns
