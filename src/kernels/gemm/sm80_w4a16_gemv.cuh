@@ -57,7 +57,6 @@ namespace fp4moe::kernels {
 template <Tactic kT>
 struct W4a16GemvTraits {
   static constexpr int kRowTiles = kT.tile_rows / 16;  // row tiles per block (every warp computes all)
-  static constexpr int kMaxTokens = kT.tile_tokens;    // the batch: one n8 MMA tile
   static constexpr int kDepth = kT.stages;             // K groups in flight per warp, in registers
   static constexpr int kWarps = kT.warps;
   static constexpr int kThreads = kWarps * 32;
