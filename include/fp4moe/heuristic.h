@@ -7,6 +7,7 @@
 #include "fp4moe/hw.h"
 #include "fp4moe/layer.h"
 #include "fp4moe/moe.h"
+#include "fp4moe/resource_model.h"
 
 namespace fp4moe {
 
@@ -66,6 +67,10 @@ inline constexpr int64_t kGemvMaxTokensNarrow = 2;
 // Its tactics: one row tile per block; 4 warps with 3 K groups in flight each for one token, 8
 // warps with 2 for two (more warps per block: shorter K slices per warp).
 Tactic gemv_tactic(int64_t tokens, Epilogue ep);
+// The resource model's view of one GEMM of `cfg` at `tokens` tokens (FC1 for epilogue swiglu, FC2
+// for finalize): the groups, and what the small-batch family stages (the batch, K and the slots
+// per token); a batch beyond that family's tile makes its tactics not fit.
+ModelOptions gemm_model_options(const MoeConfig& cfg, int64_t tokens, Epilogue ep);
 double prefill_min_tokens(const MoeConfig& cfg);
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens);
 // The tactic for one GEMM: the prefill family where the rule above takes it; otherwise the

@@ -36,6 +36,15 @@ Tactic prefill_tactic(double mean, Epilogue ep) {
 
 }  // namespace
 
+ModelOptions gemm_model_options(const MoeConfig& cfg, int64_t tokens, Epilogue ep) {
+  ModelOptions mo;
+  mo.experts = cfg.num_experts + (cfg.has_shared_expert() ? 1 : 0);
+  mo.tokens = static_cast<int>(std::min<int64_t>(tokens, int64_t{1} << 24));  // forward()'s limit
+  mo.k = static_cast<int>(ep == Epilogue::kSwiglu ? cfg.hidden : cfg.intermediate);
+  mo.slots = cfg.routing.top_k + (cfg.has_shared_expert() ? 1 : 0);
+  return mo;
+}
+
 double prefill_min_tokens(const MoeConfig& cfg) {
   return narrow_experts(cfg) ? kPrefillMinTokensNarrow : kPrefillMinTokens;
 }
@@ -48,8 +57,7 @@ int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens) {
 }
 
 Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epilogue ep) {
-  ModelOptions mo;
-  mo.experts = cfg.num_experts + (cfg.has_shared_expert() ? 1 : 0);
+  const ModelOptions mo = gemm_model_options(cfg, tokens, ep);
   const auto fits = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).fits; };
   const double mean = static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
   if (gpu.has_wgmma() && mean >= prefill_min_tokens(cfg)) {
@@ -89,13 +97,11 @@ Tactic gemv_tactic(int64_t tokens, Epilogue ep) {
 
 LayerPlan heuristic_plan(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu) {
   if (narrow_experts(cfg) && tokens <= kGemvMaxTokensNarrow && cfg.num_experts <= 256) {
-    const int groups = cfg.num_experts + (cfg.has_shared_expert() ? 1 : 0);
-    const int slots = cfg.routing.top_k + (cfg.has_shared_expert() ? 1 : 0);
-    const ModelOptions m1{groups, static_cast<int>(tokens), static_cast<int>(cfg.hidden), slots};
-    const ModelOptions m2{groups, static_cast<int>(tokens), static_cast<int>(cfg.intermediate), slots};
     const LayerPlan gemv{gemv_tactic(tokens, Epilogue::kSwiglu), gemv_tactic(tokens, Epilogue::kFinalize)};
-    if (model_resources(gemv.fc1, gpu, DataType::kNvfp4, m1).fits && model_resources(gemv.fc2, gpu, DataType::kNvfp4, m2).fits)
-      return gemv;
+    const auto fits = [&](const Tactic& t) {
+      return model_resources(t, gpu, DataType::kNvfp4, gemm_model_options(cfg, tokens, t.epilogue)).fits;
+    };
+    if (fits(gemv.fc1) && fits(gemv.fc2)) return gemv;
   }
   // Stream-K balances any unit count over the GPU's CTAs, so the GPU enters only through what fits.
   return LayerPlan{heuristic_tactic(cfg, tokens, gpu, Epilogue::kSwiglu),

@@ -22,12 +22,11 @@
 
 #include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
+#include "fp4moe/heuristic.h"
 #include "fp4moe/hw.h"
 #include "fp4moe/resource_model.h"
 #include "fp4moe/synthetic.h"
 #include "fp4moe/tune.h"
-
-#include "fp4moe/heuristic.h"
 #include "fp4moe/version.h"
 #include "kernels/common/cuda_check.h"
 #include "runtime/captured_graph.h"
@@ -82,12 +81,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
     std::vector<Tactic> ok;
     for (const Tactic& t : compiled_w4a16_tactics()) {
       if (t.epilogue != ep) continue;
-      ModelOptions mo;
-      mo.experts = cfg.num_experts + (cfg.has_shared_expert() ? 1 : 0);
-      mo.tokens = static_cast<int>(std::min<int64_t>(T, 1 << 20));
-      mo.k = static_cast<int>(ep == Epilogue::kSwiglu ? cfg.hidden : cfg.intermediate);
-      mo.slots = cfg.routing.top_k + (cfg.has_shared_expert() ? 1 : 0);
-      const ResourceReport rep = model_resources(t, gpu, DataType::kNvfp4, mo);
+      const ResourceReport rep = model_resources(t, gpu, DataType::kNvfp4, gemm_model_options(cfg, T, ep));
       if (rep.fits) ok.push_back(t);
       else r.rejected.push_back({t, "resource model: " + rep.reason});
     }
