@@ -53,8 +53,14 @@ __device__ void block_exclusive_scan(const int* counts, int n, int* out, int* wa
 }
 
 // ---- single CTA: route, count, scan, scatter in one launch (decode) ------------------------
+// Threads of the single-CTA routing: a warp per token, as many as 64 registers allow (8 experts
+// a lane); 8 warps where a lane holds 32 experts' scores (~170 registers: 1024 threads spilled
+// them to local memory), routing several tokens each.
 template <int kPerLane>
-__global__ void __launch_bounds__(1024) route_permute_single_cta(const RoutingParams p) {
+constexpr int single_cta_threads() { return kPerLane <= 8 ? 1024 : 256; }
+
+template <int kPerLane>
+__global__ void __launch_bounds__(single_cta_threads<kPerLane>(), 1) route_permute_single_cta(const RoutingParams p) {
   __shared__ int counts[kMaxRoutedExperts + 1];
   __shared__ int offsets[kMaxRoutedExperts + 2];
   __shared__ int warp_sums[32];
@@ -160,10 +166,11 @@ void launch_routing(const RoutingParams& p, cudaStream_t stream) {
                " invalid (n_group <= 32 must divide the experts)");
   if (p.tokens == 0) return;
   if (p.tokens <= kSingleCtaRoutingTokens) {
-    const int threads = std::min(1024, std::max(64, 32 * p.tokens));
+    constexpr int kWide = kMaxRoutedExperts / 32;
+    const int threads = std::max(64, 32 * p.tokens);
     // Experts per lane: 8 covers E <= 256 (GLM-5, DeepSeek-V3) with a quarter of the work.
-    if (p.experts <= 256) route_permute_single_cta<8><<<1, threads, 0, stream>>>(p);
-    else route_permute_single_cta<kMaxRoutedExperts / 32><<<1, threads, 0, stream>>>(p);
+    if (p.experts <= 256) route_permute_single_cta<8><<<1, std::min(threads, single_cta_threads<8>()), 0, stream>>>(p);
+    else route_permute_single_cta<kWide><<<1, std::min(threads, single_cta_threads<kWide>()), 0, stream>>>(p);
     FP4MOE_CUDA_CHECK_LAUNCH();
     return;
   }
