@@ -58,15 +58,14 @@ inline constexpr double kDecodeTwoStagesMaxMean = 0.125;
 // FC2's epilogue, two launches instead of four, no stream-K fix-ups) for narrow experts
 // (narrow_experts) up to kGemvMaxTokensNarrow tokens, where its shared memory (the staged batch)
 // fits. Measured on the H200, both GEMMs forced, two rounds in one process (docs/HEURISTIC.md):
-// glm5-tp8 T = 1 28.9/29.0 us against 36.8/36.5 for the stream-K family's 8-token tile, T = 2
-// 38.6/38.3 (8 warps) against 40.1/39.7, T = 3 45.3/45.1 against 41.5/41.2; on glm5 (I = 2048)
-// it is slower at every T (T = 1 85.9 against 75.2 us): the stream-K family moves the weights
-// by the copy engine, this family by every lane, and its few blocks per SM of long K leave the
-// schedulers short of warps.
-inline constexpr int64_t kGemvMaxTokensNarrow = 2;
-// Its tactics: one row tile per block; 4 warps with 3 K groups in flight each for one token, 8
-// warps with 2 for two (more warps per block: shorter K slices per warp).
-Tactic gemv_tactic(int64_t tokens, Epilogue ep);
+// glm5-tp8 T = 1 24.5/24.5 us against 38.1/38.4 for the stream-K family's 8-token tile, T = 2
+// 33.2/33.3 against 40.4/41.2, T = 3 39.4/39.3 against 42.9/42.6, T = 4 50.8/50.8 (48.3/48.0
+// with 8 warps) against 46.0/47.3; on glm5 (I = 2048) it is slower at every T (T = 1 84.1 against
+// 75.5 us): the stream-K family moves the weights by the copy engine, this family by every lane.
+inline constexpr int64_t kGemvMaxTokensNarrow = 3;
+// Its tactic: one row tile per block, 6 warps with 2 K groups in flight each (three CTAs per SM:
+// all of a single-token FC1's blocks resident at once).
+Tactic gemv_tactic(Epilogue ep);
 // The resource model's view of one GEMM of `cfg` at `tokens` tokens (FC1 for epilogue swiglu, FC2
 // for finalize): the groups, and what the small-batch family stages (the batch, K and the slots
 // per token); a batch beyond that family's tile makes its tactics not fit.

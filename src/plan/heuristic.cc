@@ -90,14 +90,13 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
   return *best;
 }
 
-Tactic gemv_tactic(int64_t tokens, Epilogue ep) {
-  return tokens <= 1 ? Tactic{Family::kW4a16Gemv, 16, 8, 256, 3, 4, 1, ep, false}
-                     : Tactic{Family::kW4a16Gemv, 16, 8, 256, 2, 8, 1, ep, false};
-}
+// Six warps, two K groups in flight each: three CTAs per SM, so that every block of a narrow
+// single-token FC1 is resident at once (docs/HEURISTIC.md has the measurements).
+Tactic gemv_tactic(Epilogue ep) { return Tactic{Family::kW4a16Gemv, 16, 8, 256, 2, 6, 1, ep, false}; }
 
 LayerPlan heuristic_plan(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu) {
   if (narrow_experts(cfg) && tokens <= kGemvMaxTokensNarrow && cfg.num_experts <= 256) {
-    const LayerPlan gemv{gemv_tactic(tokens, Epilogue::kSwiglu), gemv_tactic(tokens, Epilogue::kFinalize)};
+    const LayerPlan gemv{gemv_tactic(Epilogue::kSwiglu), gemv_tactic(Epilogue::kFinalize)};
     const auto fits = [&](const Tactic& t) {
       return model_resources(t, gpu, DataType::kNvfp4, gemm_model_options(cfg, tokens, t.epilogue)).fits;
     };

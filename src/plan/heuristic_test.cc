@@ -45,12 +45,13 @@ TEST(Heuristic, PlansOnTheH200) {
   // Narrow experts (glm5-tp8, I = 256) from 24.
   const MoeConfig tp8 = MoeConfig::preset("glm5-tp8");
   EXPECT_EQ(fc1(tp8, 767, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
-  // Narrow experts: the small-batch family for one and two tokens, then the 8-token tile with 2
+  // Narrow experts: the small-batch family for one to three tokens, then the 8-token tile with 2
   // stages at every T it covers.
-  EXPECT_EQ(fc1(tp8, 1, "h200"), "w4a16_gemv:m16n8k256:s3:w4:sk1:swiglu");
-  EXPECT_EQ(format_tactic(heuristic_plan(tp8, 1, resolve_gpu("h200")).fc2), "w4a16_gemv:m16n8k256:s3:w4:sk1:finalize");
-  EXPECT_EQ(fc1(tp8, 2, "h200"), "w4a16_gemv:m16n8k256:s2:w8:sk1:swiglu");
-  EXPECT_EQ(fc1(tp8, 3, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(tp8, 1, "h200"), "w4a16_gemv:m16n8k256:s2:w6:sk1:swiglu");
+  EXPECT_EQ(format_tactic(heuristic_plan(tp8, 1, resolve_gpu("h200")).fc2), "w4a16_gemv:m16n8k256:s2:w6:sk1:finalize");
+  EXPECT_EQ(fc1(tp8, 2, "h200"), "w4a16_gemv:m16n8k256:s2:w6:sk1:swiglu");
+  EXPECT_EQ(fc1(tp8, 3, "h200"), "w4a16_gemv:m16n8k256:s2:w6:sk1:swiglu");
+  EXPECT_EQ(fc1(tp8, 4, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 5, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 192, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(tp8, 64, resolve_gpu("h200")).fc2), "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");

@@ -238,7 +238,7 @@ std::vector<Tactic> compiled_w4a16_tactics() {
       v.push_back(Tactic{Family::kW4a16Wgmma, 128, tokens, 64, stages, 12, 1, ep, false});
   // The small-batch family: row tiles per block, K groups in flight per warp, warps.
   for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize})
-    for (const auto& [rows, stages, warps] : {std::tuple{16, 3, 4}, std::tuple{16, 2, 8}, std::tuple{16, 2, 4}})
+    for (const auto& [rows, stages, warps] : {std::tuple{16, 3, 4}, std::tuple{16, 2, 8}, std::tuple{16, 2, 4}, std::tuple{16, 2, 6}})
       v.push_back(Tactic{Family::kW4a16Gemv, rows, 8, 256, stages, warps, 1, ep, false});
   return v;
 }

@@ -20,13 +20,14 @@
 // Columns of tokens that did not choose a group cost MMA issue slots only: at these sizes the
 // tensor cores are idle anyway, the bytes of weights are what counts.
 //
-// Measured (H200, docs/HEURISTIC.md): glm5-tp8 (16 MB + 8 MB of weights at T = 1) 29 us a layer
-// against 37 us for the stream-K family, and level or ahead at T = 2; slower from T = 3, and on
-// glm5 (I = 2048) at every T (86 against 75 us at T = 1): each lane's loads and dequantization
-// move the bytes at well under the rate of the stream-K family's copy-engine stages, and ncu puts
-// the largest share of warp samples on instruction fetch (its pipeline unrolled kDepth times and
-// the routing inlined, the profiled builds were 6000-6700 SASS instructions). The heuristic takes
-// it where it wins: narrow experts, T <= 2.
+// Measured (H200, docs/HEURISTIC.md): glm5-tp8 (16 MB + 8 MB of weights at T = 1) 24.5 us a
+// layer against 38 us for the stream-K family, and ahead up to T = 3; slower from T = 4, and on
+// glm5 (I = 2048) at every T (84 against 75.5 us at T = 1): each lane's loads and dequantization
+// move the bytes at well under the rate of the stream-K family's copy-engine stages. At T = 1 a
+// CTA is a chain (docs/PERFORMANCE.md has a trace of it): the routing (~2.8 us), the tables, the
+// first weights, then ~1.7 us per K group a warp computes - so the heuristic's tactic has six
+// warps, three CTAs per SM, all blocks resident and 4 K groups per warp. The heuristic takes the
+// family where it wins: narrow experts, T <= 3.
 //
 // Weights stream straight into registers: the prepacked layout (prepack_layout.h) gives each
 // lane 16 contiguous bytes per (row tile, K group, 64-K chunk), so a warp's load of one chunk is
@@ -121,6 +122,7 @@ template <int kRowTiles>
 struct Stage {
   uint4 w[kRowTiles][4];
   uint2 s[kRowTiles];
+  float gs;  // FC2: the group's global (down) scale, loaded with its weights
 };
 
 // ld.global.nc.L1::no_allocate: weights are read once; keep L1 for the staged tokens' lines.
@@ -139,10 +141,15 @@ __device__ __forceinline__ uint2 ld_stream_v2(const uint8_t* p) {
 
 }  // namespace gemv
 
-// At most 128 registers (16 warps per SM): every warp keeps its own K groups in flight, so warps
-// per SM are the bytes in flight per SM.
+// CTAs per SM the registers must allow. Every warp keeps its own K groups in flight, so warps per
+// SM are the bytes in flight per SM: at most 128 registers (16 warps per SM) for 4 and 8 warps;
+// 6-warp CTAs take three per SM (96 registers: 5 warps on some of the SM's 4 register files),
+// so that all of glm5-tp8's single-token FC1 blocks (9 groups x 32 row tiles) are resident at
+// once, each warp with 4 of the 24 K groups. (Three K groups in flight spill at 96.)
+constexpr int gemv_min_ctas_per_sm(int warps) { return warps == 6 ? 3 : 16 / warps; }
+
 template <unsigned long long kCode>
-__global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_tactic(kCode).warps)
+__global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas_per_sm(decode_tactic(kCode).warps))
     w4a16_gemv_kernel(const W4a16GemmParams p) {
   constexpr Tactic kT = decode_tactic(kCode);
   using Tr = W4a16GemvTraits<kT>;
@@ -167,19 +174,31 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_t
   const int pitch = Tr::x_pitch(p.k);
   const int KG = p.kgroups;
 
-  // B into shared memory by cp.async (zero past K): FC1 the batch's hidden rows (a layer input:
-  // they land while the routing below runs), FC2 the act rows of every (token, slot) (FC1's
-  // output: after griddepcontrol.wait).
-  auto stage_b = [&] {
+  // B into shared memory by cp.async (zero past K), by threads [t0, kThreads): FC1 the batch's
+  // hidden rows (a layer input: they land while the routing below runs), FC2 the act rows of
+  // every (token, slot) (FC1's output: after griddepcontrol.wait).
+  auto stage_b = [&](int t0) {
     const int rows = kSwiglu ? T : T * slots, pieces = KG * 32;  // 16-byte pieces per row
-    for (int i = tid; i < rows * pieces; i += kThreads) {
-      const int r = i / pieces, c = i - r * pieces;
+    // Piece i = r * pieces + c, (r, c) stepped without dividing.
+    int r = 0, c = tid - t0;
+    while (c >= pieces) c -= pieces, ++r;
+    for (; r < rows;) {
       const bool valid = c * 8 < p.k;
       ptx::cp_async_16(xs + r * pitch + c * 16, valid ? p.x + r * p.x_stride + c * 8 : p.x, valid);
+      for (c += kThreads - t0; c >= pieces;) c -= pieces, ++r;
     }
     ptx::cp_async_commit();
   };
-  if constexpr (kSwiglu) stage_b();
+  // FC1: the warps that route (one per token) start on it at once - the logits' loads begin the
+  // kernel's critical path - and the others stage B; with a token for every warp, B follows the
+  // routing.
+  const int routing_warps = T < kWarps ? T : kWarps;
+  // The active-group bitmap is cleared first, so that each (token, slot) can set its bit as soon
+  // as it is known (one CTA barrier less after the routing).
+  for (int i = tid; i < (groups + 31) / 32; i += kThreads) bitmap[i] = 0;
+  __syncthreads();
+  if constexpr (kSwiglu)
+    if (warp >= routing_warps) stage_b(routing_warps * 32);
 
   // ---- 1. the batch's routing: group and weight of every (token, slot) -----------------------
   // FC1 routes (one warp per token, the same bits in every CTA) and its CTA 0 publishes the
@@ -190,36 +209,38 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_t
     for (int tok = warp; tok < T; tok += kWarps) {
       int id;
       float w;
-      routing_device::route_token<kGemvPerLane>(rp, tok, lane, id, w);
+      routing_device::route_token<kGemvPerLane, /*kSorted=*/true>(rp, tok, lane, id, w);
       if (lane < K_top) {
         pair_ids[tok * slots + lane] = id;
         pair_w[tok * slots + lane] = w;
+        atomicOr(&bitmap[id >> 5], 1u << (id & 31));
         if (blockIdx.x == 0) {
           rp.topk_ids[tok * K_top + lane] = id;
           rp.topk_weights[tok * K_top + lane] = w;
         }
       }
     }
+    if (routing_warps == kWarps) stage_b(0);
   } else {
     w4a16::griddep_wait();  // FC1's routing and act are complete and visible
     for (int i = tid; i < T * K_top; i += kThreads) {
-      const int tok = i / K_top, s2 = i - tok * K_top;
-      pair_ids[tok * slots + s2] = rp.topk_ids[i];
+      const int tok = i / K_top, s2 = i - tok * K_top, id = rp.topk_ids[i];
+      pair_ids[tok * slots + s2] = id;
       pair_w[tok * slots + s2] = rp.topk_weights[i];
+      atomicOr(&bitmap[id >> 5], 1u << (id & 31));
     }
-    stage_b();
+    stage_b(0);
   }
   // FC2's CTAs may become resident now; they wait for this grid's completion to read.
   if constexpr (kSwiglu) w4a16::griddep_launch_dependents();
-  if (rp.shared_expert)
+  if (rp.shared_expert) {
     for (int tok = tid; tok < T; tok += kThreads) {
       pair_ids[tok * slots + K_top] = E;
       pair_w[tok * slots + K_top] = 1.0f;
     }
-  for (int i = tid; i < (groups + 31) / 32; i += kThreads) bitmap[i] = 0;
-  __syncthreads();
-  for (int i = tid; i < T * slots; i += kThreads) atomicOr(&bitmap[pair_ids[i] >> 5], 1u << (pair_ids[i] & 31));
-  __syncthreads();
+    if (tid == 0) atomicOr(&bitmap[E >> 5], 1u << (E & 31));
+  }
+  __syncthreads();  // the pairs and the bitmap are complete
   // ---- 2. active groups in ascending order (FC2 sums them in this order: reproducible) -------
   if (warp == 0) {
     int n = 0;
@@ -231,19 +252,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_t
     }
     if (lane == 0) *count = n;
   }
-  __syncthreads();
+  __syncthreads();  // the active groups are known: the weights' loads may start
   const int A = *count;
-  for (int i = tid; i < A * 8; i += kThreads) {
-    const int a = i >> 3, n = i & 7;
-    int slot = -1;
-    if (n < T)
-      for (int s = 0; s < slots; ++s)
-        if (pair_ids[n * slots + s] == active[a]) slot = s;
-    col_slot[i] = static_cast<int8_t>(slot);
-    if constexpr (!kSwiglu)
-      col_w[i] = slot < 0 ? 0.0f : pair_w[n * slots + slot] * p.scale_a[active[a]] * kDequantEpilogueFactor;
-  }
-  __syncthreads();  // the tables are complete
 
   // ---- 3. blocks: (active group, row block) for FC1, row blocks of the output for FC2 --------
   const int row_blocks = (p.rowtiles + kRT - 1) / kRT;
@@ -257,22 +267,41 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_t
   const int64_t expert_sbytes = static_cast<int64_t>(p.rowtiles) * KG * 256;
   // Lane-constant B offset: token row g, K = 64c + 16t + 8h -> byte 128c + 32t + 16h of a K group.
   const uint8_t* fc1_b = (kSwiglu && g < T) ? xs + g * pitch + t * 32 : nullptr;
-  // Block bi of this CTA: its group (FC1) and first row tile.
-  auto block_a = [&](int bi) { return kSwiglu ? (blockIdx.x + bi * gridDim.x) / row_blocks : 0; };
-  auto block_rt0 = [&](int bi) {
-    const int blk = blockIdx.x + bi * gridDim.x;
-    return (kSwiglu ? blk - (blk / row_blocks) * row_blocks : blk) * kRT;
+  // A position in the warp's stream of items: block bi (of this CTA's), item i (of the warp's
+  // my_count in each block), the item's active group a and K group kg, and the block's first row
+  // tile. Advanced by counting: a division per block at most, none per item (the integer
+  // divisions this replaced, several per item, were long dependent chains in the mainloop).
+  const int a_first = kSwiglu ? 0 : my_begin / KG, kg_first = kSwiglu ? my_begin : my_begin % KG;
+  struct ItemPos {
+    int bi, i, a, kg, rt0;
   };
-  // Item i (0..my_count) of block bi: its group and K group.
-  auto item_a = [&](int bi, int i) { return kSwiglu ? block_a(bi) : (my_begin + i) / KG; };
-  auto item_kg = [&](int i) { return kSwiglu ? my_begin + i : (my_begin + i) % KG; };
+  auto enter_block = [&](ItemPos& c) {
+    const int blk = blockIdx.x + c.bi * gridDim.x;
+    const int a = kSwiglu ? blk / row_blocks : 0;
+    c.a = kSwiglu ? a : a_first;
+    c.kg = kg_first;
+    c.rt0 = (blk - a * row_blocks) * kRT;  // FC2: a = 0, the block is the row block
+  };
+  auto advance = [&](ItemPos& c) {
+    if (++c.i == my_count) {
+      c.i = 0;
+      ++c.bi;
+      enter_block(c);
+    } else if (kSwiglu || ++c.kg < KG) {
+      c.kg += kSwiglu ? 1 : 0;
+    } else {
+      c.kg = 0;
+      ++c.a;
+    }
+  };
 
   // Loads of one item (row tiles past the matrix: zero scales, so zero values, no load).
-  auto issue = [&](gemv::Stage<kRT>& S, int bi, int i) {
-    const int e = active[item_a(bi, i)], rt0 = block_rt0(bi);
-    const int64_t tile = static_cast<int64_t>(item_kg(i)) * p.rowtiles + rt0;
+  auto issue = [&](gemv::Stage<kRT>& S, const ItemPos& c) {
+    const int e = active[c.a], rt0 = c.rt0;
+    const int64_t tile = static_cast<int64_t>(c.kg) * p.rowtiles + rt0;
     const uint8_t* wb = p.weights + e * expert_wbytes + tile * 2048 + lane * 16;
     const uint8_t* sb = p.scales + e * expert_sbytes + tile * 256 + lane * 8;
+    if constexpr (!kSwiglu) S.gs = __ldg(p.scale_a + e) * kDequantEpilogueFactor;
 #pragma unroll
     for (int r = 0; r < kRT; ++r) {
       if (rt0 + r < p.rowtiles) {
@@ -293,8 +322,11 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_t
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[r][i] = 0.0f;
 
-  // The MMAs of one item into `tile` (B from `brow`, its K group's bytes; nullptr: zeros).
+  // The MMAs of one item into `tile` (B from `brow`, its K group's bytes; nullptr: zeros). The
+  // odd MMA steps accumulate apart and join at the item's end: two dependent chains of 8 MMAs
+  // instead of one of 16 (with one row tile a warp has no other MMA to issue meanwhile).
   auto mma_item = [&](const gemv::Stage<kRT>& S, const uint8_t* brow, float (&tile)[kRT][4]) {
+    float odd[kRT][4] = {};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       uint32_t sg[kRT], sg8[kRT];
@@ -315,25 +347,29 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_t
             uint32_t af[4];
             dequant_a_fragment(w, sg[r], sg8[r], af);
             if (s2 == 0) ptx::mma_bf16_m16n8k16(tile[r], af, bv.x, bv.y);
-            else ptx::mma_bf16_m16n8k16(tile[r], af, bv.z, bv.w);
+            else ptx::mma_bf16_m16n8k16(odd[r], af, bv.z, bv.w);
           }
         }
       }
     }
+#pragma unroll
+    for (int r = 0; r < kRT; ++r)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) tile[r][i] += odd[r][i];
   };
   // One item: FC1 accumulates into acc; FC2 into a per-item tile that is then added to acc
   // scaled per column (token) by its weight for this group.
-  auto compute = [&](const gemv::Stage<kRT>& S, int bi, int i) {
-    const int kg = item_kg(i);
+  auto compute = [&](const gemv::Stage<kRT>& S, const ItemPos& c) {
+    const int kg = c.kg;
     if constexpr (kSwiglu) {
       mma_item(S, fc1_b ? fc1_b + kg * 512 : nullptr, acc);
     } else {
-      const int a = item_a(bi, i);
+      const int a = c.a;
       const int s = col_slot[a * 8 + g];  // -1 past the batch or where token g skipped a
       float part[kRT][4] = {};
       mma_item(S, s >= 0 ? xs + (g * slots + s) * pitch + t * 32 + kg * 512 : nullptr, part);
       // part[r][j]: column 2t + (j & 1)
-      const float w0 = col_w[a * 8 + 2 * t], w1 = col_w[a * 8 + 2 * t + 1];
+      const float w0 = col_w[a * 8 + 2 * t] * S.gs, w1 = col_w[a * 8 + 2 * t + 1] * S.gs;
 #pragma unroll
       for (int r = 0; r < kRT; ++r) {
         acc[r][0] += w0 * part[r][0];
@@ -347,7 +383,17 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_t
   // The end of block bi: the warps' partial tiles summed in warp order (two buffers, one CTA
   // barrier), warp r finishes row tile r; acc restarts at zero.
   int red_buf = 0;
-  auto block_end = [&](int bi) {
+  // FC1's global scales (gate, up) of a block's group: loaded when its first item is computed,
+  // so that the load's latency hides behind the block's MMAs, not in front of its epilogue.
+  float blk_ka = 0.0f, blk_kb = 0.0f;
+  auto load_block_scales = [&](const ItemPos& c) {
+    if constexpr (kSwiglu) {
+      const int e = active[c.a];
+      blk_ka = __ldg(p.scale_a + e) * kDequantEpilogueFactor;
+      blk_kb = __ldg(p.scale_b + e) * kDequantEpilogueFactor;
+    }
+  };
+  auto block_end = [&](const ItemPos& c) {
     float4* red = reinterpret_cast<float4*>(smem + L.red) + red_buf * kWarps * kRT * 32;
 #pragma unroll
     for (int r = 0; r < kRT; ++r) {
@@ -357,7 +403,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_t
     }
     __syncthreads();  // also: the other buffer's readers (the block before) are done
     red_buf ^= 1;
-    const int rt = block_rt0(bi) + warp;
+    const int rt = c.rt0 + warp;
     if (warp >= kRT || rt >= p.rowtiles) return;
     float4 sum = red[warp * 32 + lane];
     for (int w = 1; w < kWarps; ++w) {
@@ -367,8 +413,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_t
     const float v[4] = {sum.x, sum.y, sum.z, sum.w};  // rows g, g, g+8, g+8 x columns 2t, 2t+1
     if constexpr (kSwiglu) {
       // Row tile q: gate rows 8q..8q+7 (tile rows 0-7), up rows 8q..8q+7 (8-15): act column 8q + g.
-      const int a = block_a(bi), e = active[a];
-      const float ka = p.scale_a[e] * kDequantEpilogueFactor, kb = p.scale_b[e] * kDequantEpilogueFactor;
+      const int a = c.a;
+      const float ka = blk_ka, kb = blk_kb;
       const int col = rt * 8 + g;
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
@@ -393,34 +439,50 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 16 / decode_t
     ptx::cp_async_wait<0>();
     __syncthreads();  // every thread's B copies
   };
-  if (my_count == 0) {
-    wait_b();
-    for (int bi = 0; bi < my_blocks; ++bi) block_end(bi);
-    return;
-  }
+  ItemPos lc{0, 0, 0, 0, 0};  // the next item to load
+  enter_block(lc);
+  // The first kDepth items' weights are requested as soon as the groups are known, before the
+  // per-column tables are built and B is complete.
   const int total = my_blocks * my_count;
-  int ib = 0, ii = 0;  // the next item to load: block, item
-  auto advance = [&](int& bi, int& i) {
-    if (++i == my_count) i = 0, ++bi;
-  };
-  // The first kDepth items' weights are requested before B is complete.
   gemv::Stage<kRT> st[kDepth];
 #pragma unroll
   for (int j = 0; j < kDepth; ++j)
-    if (j < total) issue(st[j], ib, ii), advance(ib, ii);
-  wait_b();
-  int cb = 0, ci = 0;  // the item computed next
+    if (j < total) issue(st[j], lc), advance(lc);
+  // Per (active group, column): the token's slot (-1: the token did not choose the group) and,
+  // for FC2, its routing weight.
+  for (int i = tid; i < A * 8; i += kThreads) {
+    const int a = i >> 3, n = i & 7;
+    int slot = -1;
+    if (n < T)
+      for (int s = 0; s < slots; ++s)
+        if (pair_ids[n * slots + s] == active[a]) slot = s;
+    col_slot[i] = static_cast<int8_t>(slot);
+    if constexpr (!kSwiglu) col_w[i] = slot < 0 ? 0.0f : pair_w[n * slots + slot];  // x the group's scale per item
+  }
+  if (my_count == 0) {
+    wait_b();  // also: the tables are complete
+    for (; lc.bi < my_blocks; ++lc.bi) {
+      enter_block(lc);
+      load_block_scales(lc);
+      block_end(lc);
+    }
+    return;
+  }
+  wait_b();  // also: the tables are complete
+  ItemPos cc{0, 0, 0, 0, 0};  // the item computed next
+  enter_block(cc);
   for (int f0 = 0; f0 < total; f0 += kDepth) {
 #pragma unroll
     for (int j = 0; j < kDepth; ++j) {
       if (f0 + j < total) {
-        compute(st[j], cb, ci);
+        if (cc.i == 0) load_block_scales(cc);
+        compute(st[j], cc);
         if (f0 + j + kDepth < total) {
-          issue(st[j], ib, ii);
-          advance(ib, ii);
+          issue(st[j], lc);
+          advance(lc);
         }
-        if (ci + 1 == my_count) block_end(cb);
-        advance(cb, ci);
+        if (cc.i + 1 == my_count) block_end(cc);
+        advance(cc);
       }
     }
   }

@@ -9,6 +9,7 @@ std::vector<W4a16Kernel> w4a16_gemv_swiglu_kernels() {
       make_w4a16_gemv_kernel<w4a16_gemv_tactic(16, 3, 4, kEp)>(),
       make_w4a16_gemv_kernel<w4a16_gemv_tactic(16, 2, 8, kEp)>(),
       make_w4a16_gemv_kernel<w4a16_gemv_tactic(16, 2, 4, kEp)>(),
+      make_w4a16_gemv_kernel<w4a16_gemv_tactic(16, 2, 6, kEp)>(),
   };
 }
 

@@ -44,8 +44,13 @@ __device__ __forceinline__ Best warp_best(Best b) {
 }
 
 // Routes token `tok` with one warp: lane j < k returns slot j's expert and weight (the caller
-// stores them; p's output pointers are not touched).
-template <int kPerLane>
+// stores them; p's output pointers are not touched). kSorted (8 experts a lane): the top-k from
+// per-lane sorted lists (below) - the w4a16_gemv family's FC1, where the routing is on the
+// critical path of every CTA (a globaltimer trace of its CTA 0, glm5-tp8 T = 1: the top-k 2.4 ->
+// 1.3 us). The routing kernels keep the scan: alone 8.2 -> 7.0 us with the sorted lists, yet the
+// stream-K layer in a CUDA graph was ~1 us slower with them at glm5-tp8 T = 1..5 (H200, two
+// rounds in one process).
+template <int kPerLane, bool kSorted = false>
 __device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_id, float& my_w) {
   const int E = p.experts, k = p.top_k;
   const float* l = p.logits + static_cast<int64_t>(tok) * E;
@@ -92,8 +97,9 @@ __device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_i
     for (int d = 16; d > 0; d >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, d);
     denom = sum;
   }
-  // Group-limited selection: exclude experts outside the best topk_group groups.
-  if (p.mode == 1 && p.topk_group < p.n_group) {
+  // Group-limited selection: exclude experts outside the best topk_group groups. (Laid out of
+  // the straight path: GLM-5 has one group, and the routing is on FC1's critical path.)
+  if (__builtin_expect(p.mode == 1 && p.topk_group < p.n_group, 0)) {
     const int per_group = E / p.n_group;
     // Lane g (< n_group) computes group g's score: the sum of its two largest choices.
     float gscore = kNegInf;
@@ -131,30 +137,76 @@ __device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_i
   float wsum = 0.0f;
   my_id = -1;
   my_w = 0.0f;
-  for (int r = 0; r < k; ++r) {
-    Best b{kNegInf, 1 << 30};
+  if constexpr (kSorted) {
+    static_assert(kPerLane == 8, "the sorting network sorts 8 candidates");
+    // Each lane sorts its 8 candidates (choice, expert, score) once (19 compare-exchanges, all
+    // lanes at once); a round is then the warp's best of the lanes' heads, whose score the
+    // winning lane passes on as it pops its head - instead of every lane scanning all 8 in every
+    // round, a dependent chain of 8 comparisons k times over. The same experts in the same order:
+    // the best head is the best remaining candidate.
+    float hv[8], hs[8];
+    int hi[8];
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
+    for (int j = 0; j < 8; ++j) {
       const int e = lane + 32 * j;
-      if (e < E && beats(Best{choice[j], e}, b)) b = Best{choice[j], e};
+      hv[j] = e < E ? choice[j] : kNegInf;
+      hi[j] = e;
+      hs[j] = score[j];
     }
-    const Best w = warp_best(b);
-    // The owner lane publishes the chosen expert's score and removes it.
-    float s = 0.0f;
-    if ((w.i & 31) == lane) {
+    constexpr int kNet[19][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}, {0, 4}, {1, 5}, {2, 6}, {3, 7}, {0, 1}, {2, 3},
+                                 {4, 5}, {6, 7}, {2, 4}, {3, 5}, {1, 4}, {3, 6}, {1, 2}, {3, 4}, {5, 6}};
 #pragma unroll
-      for (int j = 0; j < kPerLane; ++j)
-        if (lane + 32 * j == w.i) {
-          s = score[j];
-          choice[j] = kNegInf;
-        }
+    for (int c = 0; c < 19; ++c) {
+      const int a = kNet[c][0], b = kNet[c][1];
+      if (beats(Best{hv[b], hi[b]}, Best{hv[a], hi[a]})) {
+        const float tv = hv[a], ts = hs[a];
+        const int ti = hi[a];
+        hv[a] = hv[b], hi[a] = hi[b], hs[a] = hs[b];
+        hv[b] = tv, hi[b] = ti, hs[b] = ts;
+      }
     }
-    s = __shfl_sync(0xffffffffu, s, w.i & 31);
-    if (p.mode == 0) s /= denom;
-    wsum += s;
-    if (lane == r) {
-      my_id = w.i;
-      my_w = s;
+    for (int r = 0; r < k; ++r) {
+      const Best w = warp_best(Best{hv[0], hi[0]});
+      float s = __shfl_sync(0xffffffffu, hs[0], w.i & 31);
+      if ((w.i & 31) == lane) {
+#pragma unroll
+        for (int j = 0; j < 7; ++j) hv[j] = hv[j + 1], hi[j] = hi[j + 1], hs[j] = hs[j + 1];
+        hv[7] = kNegInf;
+        hi[7] = 1 << 30;
+      }
+      if (p.mode == 0) s /= denom;
+      wsum += s;
+      if (lane == r) {
+        my_id = w.i;
+        my_w = s;
+      }
+    }
+  } else {
+    for (int r = 0; r < k; ++r) {
+      Best b{kNegInf, 1 << 30};
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int e = lane + 32 * j;
+        if (e < E && beats(Best{choice[j], e}, b)) b = Best{choice[j], e};
+      }
+      const Best w = warp_best(b);
+      // The owner lane publishes the chosen expert's score and removes it.
+      float s = 0.0f;
+      if ((w.i & 31) == lane) {
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j)
+          if (lane + 32 * j == w.i) {
+            s = score[j];
+            choice[j] = kNegInf;
+          }
+      }
+      s = __shfl_sync(0xffffffffu, s, w.i & 31);
+      if (p.mode == 0) s /= denom;
+      wsum += s;
+      if (lane == r) {
+        my_id = w.i;
+        my_w = s;
+      }
     }
   }
   if (lane < k) {
