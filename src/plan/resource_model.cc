@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "fp4moe/error.h"
+#include "kernels/gemm/gemv_shapes.h"
 #include "plan/cutlass_profile.h"
 #include "plan/report_header.h"
 
@@ -236,10 +237,10 @@ std::vector<Tactic> compiled_w4a16_tactics() {
     for (const auto& [tokens, stages] :
          {std::pair{64, 14}, std::pair{64, 7}, std::pair{128, 9}, std::pair{256, 5}})
       v.push_back(Tactic{Family::kW4a16Wgmma, 128, tokens, 64, stages, 12, 1, ep, false});
-  // The small-batch family: row tiles per block, K groups in flight per warp, warps.
+  // The small-batch family: its shapes' table, the one its instantiation files read.
   for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize})
-    for (const auto& [rows, stages, warps] : {std::tuple{16, 3, 4}, std::tuple{16, 2, 8}, std::tuple{16, 2, 4}, std::tuple{16, 2, 6}})
-      v.push_back(Tactic{Family::kW4a16Gemv, rows, 8, 256, stages, warps, 1, ep, false});
+    for (const kernels::GemvShape& g : kernels::kGemvShapes)
+      v.push_back(Tactic{Family::kW4a16Gemv, g.rows, 8, 256, g.stages, g.warps, 1, ep, false});
   return v;
 }
 

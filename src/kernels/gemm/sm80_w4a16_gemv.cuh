@@ -287,10 +287,10 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
       c.i = 0;
       ++c.bi;
       enter_block(c);
-    } else if (kSwiglu || ++c.kg < KG) {
-      c.kg += kSwiglu ? 1 : 0;
-    } else {
-      c.kg = 0;
+    } else if (kSwiglu) {
+      ++c.kg;  // FC1: the block's group, its next K group
+    } else if (++c.kg == KG) {
+      c.kg = 0;  // FC2: the next group's first K group
       ++c.a;
     }
   };

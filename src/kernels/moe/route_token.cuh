@@ -137,6 +137,15 @@ __device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_i
   float wsum = 0.0f;
   my_id = -1;
   my_w = 0.0f;
+  // Round r chose expert `id` with score s: lane r keeps it.
+  auto take = [&](int r, int id, float s) {
+    if (p.mode == 0) s /= denom;
+    wsum += s;
+    if (lane == r) {
+      my_id = id;
+      my_w = s;
+    }
+  };
   if constexpr (kSorted) {
     static_assert(kPerLane == 8, "the sorting network sorts 8 candidates");
     // Each lane sorts its 8 candidates (choice, expert, score) once (19 compare-exchanges, all
@@ -167,19 +176,14 @@ __device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_i
     }
     for (int r = 0; r < k; ++r) {
       const Best w = warp_best(Best{hv[0], hi[0]});
-      float s = __shfl_sync(0xffffffffu, hs[0], w.i & 31);
+      const float s = __shfl_sync(0xffffffffu, hs[0], w.i & 31);
       if ((w.i & 31) == lane) {
 #pragma unroll
         for (int j = 0; j < 7; ++j) hv[j] = hv[j + 1], hi[j] = hi[j + 1], hs[j] = hs[j + 1];
         hv[7] = kNegInf;
         hi[7] = 1 << 30;
       }
-      if (p.mode == 0) s /= denom;
-      wsum += s;
-      if (lane == r) {
-        my_id = w.i;
-        my_w = s;
-      }
+      take(r, w.i, s);
     }
   } else {
     for (int r = 0; r < k; ++r) {
@@ -200,13 +204,7 @@ __device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_i
             choice[j] = kNegInf;
           }
       }
-      s = __shfl_sync(0xffffffffu, s, w.i & 31);
-      if (p.mode == 0) s /= denom;
-      wsum += s;
-      if (lane == r) {
-        my_id = w.i;
-        my_w = s;
-      }
+      take(r, w.i, __shfl_sync(0xffffffffu, s, w.i & 31));
     }
   }
   if (lane < k) {
