@@ -22,14 +22,16 @@ inline bool narrow_experts(const MoeConfig& cfg) { return cfg.intermediate < kWi
 // family w4a16_wgmma from a mean of prefill_min_tokens(cfg) routed tokens per expert (T * k / E):
 // kPrefillMinTokens, or kPrefillMinTokensNarrow for narrow experts (narrow_experts). Token tiles of 64 (7 stages, two CTAs per SM) below
 // kPrefillN128MinTokens, of 128 below kPrefillN256MinTokens, else 256. Measured on the H200,
-// both GEMMs forced, two rounds in one process (docs/HEURISTIC.md has the tables): at 16 tokens
-// per expert (T = 512) the two-CTA 64-token tile is 4-6% faster than the decode family's
-// 16-token tile on glm5 (I = 2048) but 20% slower on glm5-tp8 (I = 256: FC2's units are 4
+// both GEMMs forced, two or three rounds in one process (docs/HEURISTIC.md has the tables): at
+// 16 tokens per expert (T = 512) the two-CTA 64-token tile is level with the decode family's
+// 256 x 16 tile on glm5 (I = 2048; 2476-2479 us against 2319-2587, 2419 the middle run; it was
+// 4-6% faster than the 128 x 16 tile) and 12% slower on glm5-tp8 (I = 256: FC2's units are 4
 // stages long and the prefill path's token gather is a fixed cost its small GEMMs do not hide);
-// at 24 (T = 768) 1.3x faster on glm5 and level on glm5-tp8. Against the 128-token tile it is
+// at 20 (T = 640) 13% faster on glm5 and 3% slower on glm5-tp8, at 24 (T = 768) 1.36x faster
+// on glm5 and 6% on glm5-tp8. Against the 128-token tile it is
 // 1.18x (glm5) and 1.3x (glm5-tp8) faster at 32 (T = 1024), 5-8% / 1.23x at 48, and 11-13%
 // slower at 64 (glm5, T = 2048); the 256-token tile wins from 128 per expert (22%), loses at 64.
-inline constexpr double kPrefillMinTokens = 16;
+inline constexpr double kPrefillMinTokens = 17;
 inline constexpr double kPrefillMinTokensNarrow = 24;
 inline constexpr double kPrefillN128MinTokens = 56;
 inline constexpr double kPrefillN256MinTokens = 96;
@@ -54,6 +56,15 @@ inline constexpr double kDecodeTwoStagesMaxMean = 0.125;
 // tile with 2 stages against 3: glm5-tp8 T = 8 69.3/70.0 -> 66.6/66.7 us, T = 16 101.3/101.7 ->
 // 98.4/98.4, T = 32 142.8/144.0 -> 141.2/141.1, T = 64 and 128 level; on glm5 (I = 2048) it was
 // 0.5-1.6% slower at T = 8..64, hence the width.
+// Above this mean the 8- and 16-token tiles take 256 weight rows, 8 warps and 2 stages where two
+// such CTAs fit on an SM (as many warps as the 128-row tiles' 3-4 CTAs of 4, the same work per
+// warp, half the units). Both GEMMs forced, two rounds in one process (H200), against the
+// 128-row plan: glm5 T = 8 339.1/337.0 -> 330.7/330.0 us, T = 16 554.6/555.3 -> 547.0/546.4,
+// T = 64 1229.5/1231.3 -> 1205.1/1202.7, T = 256 (16 tokens) 1676.3/1671.8 -> 1592.0/1594.2;
+// glm5-tp8 T = 8 67.2/67.1 -> 66.3/66.4, T = 64 193.1/193.1 -> 189.7/189.6, T = 512 (16
+// tokens) 387.5/386.2 -> 375.5/375.6. At T = 1 (glm5 75.2/74.5 -> 77.2/76.8) and glm5-tp8 T = 4
+// (46.4/46.7 -> 47.7/47.8) it is slower: there the 2-stage rule's shorter stream-K ranges win.
+inline constexpr double kDecodeWideRowsMinMean = kDecodeTwoStagesMaxMean;
 // The small-batch family (w4a16_gemv, both GEMMs: the routing in FC1's prologue, the slot sum in
 // FC2's epilogue, two launches instead of four, no stream-K fix-ups) for narrow experts
 // (narrow_experts) up to kGemvMaxTokensNarrow tokens, where its shared memory (the staged batch)
@@ -74,7 +85,8 @@ double prefill_min_tokens(const MoeConfig& cfg);
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens);
 // The tactic for one GEMM: the prefill family where the rule above takes it; otherwise the
 // decode family's: token tile as above, 128 weight rows, 4 warps (8 for the 64-token tile),
-// the compiled stages (2 up to kDecodeTwoStagesMaxMean or for narrow experts); where
+// the compiled stages (2 up to kDecodeTwoStagesMaxMean or for narrow experts), 256 rows with 8
+// warps for 8 and 16 tokens above kDecodeWideRowsMinMean where two CTAs of it fit; where
 // the resource model says that does not fit on `gpu`, the fitting compiled tactic with the
 // largest token tile not above it (then most rows, then most warps).
 // (The family schedules stream-K over all resident CTAs, so no split-K factor is chosen.)

@@ -66,12 +66,21 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
   }
   const Tactic preferred = decode_tactic(heuristic_token_tile(cfg, tokens), mean, narrow_experts(cfg), ep);
   if (fits(preferred)) {
+    const auto ctas = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).ctas_per_sm; };
+    // Beyond the almost empty experts of the 2-stage rule, the 8- and 16-token tiles take 256
+    // weight rows with 8 warps and 2 stages where two such CTAs share an SM: each warp computes
+    // what it did in the 128-row, 4-warp tile, but a unit covers twice the rows, so its tokens
+    // are copied and its bookkeeping and stream-K cuts paid once per 256 rows
+    // (kDecodeWideRowsMinMean).
+    if (mean > kDecodeWideRowsMinMean && (preferred.tile_tokens == 8 || preferred.tile_tokens == 16)) {
+      const Tactic wide{Family::kW4a16Mma, 256, preferred.tile_tokens, 256, 2, 8, 1, ep, false};
+      if (fits(wide) && ctas(wide) >= 2) return wide;
+    }
     // The 8-token tiles are bound by issuing the dequantization as much as by DRAM: one stage
     // fewer, where that lets one more CTA (more warps) onto an SM, measured 2-6% faster on the
     // H200 at T = 1..64 (m128n8: 2 -> 3 CTAs; docs/HEURISTIC.md).
     Tactic shallow = preferred;
     shallow.stages = 3;
-    const auto ctas = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).ctas_per_sm; };
     if (preferred.tile_tokens == 8 && fits(shallow) && ctas(shallow) > ctas(preferred)) return shallow;
     return preferred;
   }

@@ -32,29 +32,31 @@ TEST(Heuristic, PlansOnTheH200) {
   // The tuner's winners at these buckets (docs/measurements/h200_glm5_tune.json).
   EXPECT_EQ(fc1(glm5, 1, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");  // 2 stages to T = 4
   EXPECT_EQ(fc1(glm5, 4, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 5, "h200"), "w4a16_mma:m128n8k256:s3:w4:sk1:swiglu");  // 3 stages: 3 CTAs/SM
-  EXPECT_EQ(fc1(glm5, 128, "h200"), "w4a16_mma:m128n8k256:s3:w4:sk1:swiglu");
+  // From T = 5 256 rows, 8 warps, 2 stages: two CTAs per SM.
+  EXPECT_EQ(fc1(glm5, 5, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 128, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
   EXPECT_EQ(fc2(1), "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
-  EXPECT_EQ(fc2(128), "w4a16_mma:m128n8k256:s3:w4:sk1:finalize");  // 3 CTAs/SM, not 2
-  EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 511, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
-  EXPECT_EQ(fc2(511), "w4a16_mma:m128n16k256:s2:w4:sk1:finalize");
-  // From 16 tokens per expert the prefill family (sm_90a): 64-token tiles two CTAs per SM, 128
+  EXPECT_EQ(fc2(128), "w4a16_mma:m256n8k256:s2:w8:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 511, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
+  EXPECT_EQ(fc2(511), "w4a16_mma:m256n16k256:s2:w8:sk1:finalize");
+  // From 17 tokens per expert the prefill family (sm_90a): 64-token tiles two CTAs per SM, 128
   // from 56, 256 from 96.
-  EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_wgmma:m128n64k64:s7:w12:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 544, "h200"), "w4a16_wgmma:m128n64k64:s7:w12:sk1:swiglu");
   // Narrow experts (glm5-tp8, I = 256) from 24.
   const MoeConfig tp8 = MoeConfig::preset("glm5-tp8");
-  EXPECT_EQ(fc1(tp8, 767, "h200"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(tp8, 767, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
   // Narrow experts: the small-batch family for one to three tokens, then the 8-token tile with 2
-  // stages at every T it covers.
+  // stages at every T it covers (256 rows from T = 5).
   EXPECT_EQ(fc1(tp8, 1, "h200"), "w4a16_gemv:m16n8k256:s2:w6:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(tp8, 1, resolve_gpu("h200")).fc2), "w4a16_gemv:m16n8k256:s2:w6:sk1:finalize");
   EXPECT_EQ(fc1(tp8, 2, "h200"), "w4a16_gemv:m16n8k256:s2:w6:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 3, "h200"), "w4a16_gemv:m16n8k256:s2:w6:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 4, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
-  EXPECT_EQ(fc1(tp8, 5, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
-  EXPECT_EQ(fc1(tp8, 192, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
-  EXPECT_EQ(format_tactic(heuristic_plan(tp8, 64, resolve_gpu("h200")).fc2), "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
+  EXPECT_EQ(fc1(tp8, 5, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
+  EXPECT_EQ(fc1(tp8, 192, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
+  EXPECT_EQ(format_tactic(heuristic_plan(tp8, 64, resolve_gpu("h200")).fc2), "w4a16_mma:m256n8k256:s2:w8:sk1:finalize");
   EXPECT_EQ(fc1(tp8, 768, "h200"), "w4a16_wgmma:m128n64k64:s7:w12:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_wgmma:m128n64k64:s7:w12:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1024, resolve_gpu("h200")).fc2),
@@ -83,7 +85,9 @@ TEST(Heuristic, FallsBackToWhatFitsOnSm120) {
             "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 8, "rtx-pro-6000"), "w4a16_mma:m128n8k256:s4:w4:sk1:swiglu");  // s3: still 1 CTA/SM
   EXPECT_EQ(fc1(glm5, 256, "rtx-pro-6000"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 4096, "rtx-pro-6000"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
+  // The fallback (no 64-token tile fits): the 16-token tile with the most rows that fits, 256 x 16
+  // with 2 stages (88 KB, one CTA of 8 warps per SM).
+  EXPECT_EQ(fc1(glm5, 4096, "rtx-pro-6000"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
 }
 
 TEST(Heuristic, EveryChoiceFitsOnEveryKnownGpu) {

@@ -224,7 +224,7 @@ std::vector<Tactic> compiled_w4a16_tactics() {
     const int list[][4] = {{64, 8, 4, 4},   {64, 16, 4, 4},  {64, 8, 3, 4},   {128, 8, 4, 4},
                            {128, 8, 4, 8},  {128, 8, 3, 4},  {128, 8, 3, 8},  {128, 16, 4, 4},
                            {128, 16, 4, 8}, {128, 16, 2, 4}, {128, 8, 2, 4},  {128, 32, 3, 4},
-                           {128, 64, 3, 8}};
+                           {128, 64, 3, 8}, {256, 8, 2, 8},  {256, 16, 2, 8}};
     for (const auto& c : list) v.push_back(Tactic{Family::kW4a16Mma, c[0], c[1], 256, c[2], c[3], 1, ep, false});
   }
   v.push_back(Tactic{Family::kW4a16Mma, 64, 16, 256, 4, 4, 1, Epilogue::kNone, false});

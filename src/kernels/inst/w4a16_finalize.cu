@@ -19,6 +19,8 @@ std::vector<W4a16Kernel> w4a16_finalize_kernels() {
       make_w4a16_kernel<w4a16_tactic(128, 16, 4, 8, kEp)>(),
       make_w4a16_kernel<w4a16_tactic(128, 32, 3, 4, kEp)>(),
       make_w4a16_kernel<w4a16_tactic(128, 64, 3, 8, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(256, 8, 2, 8, kEp)>(),
+      make_w4a16_kernel<w4a16_tactic(256, 16, 2, 8, kEp)>(),
   };
 }
 
