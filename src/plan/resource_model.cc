@@ -7,6 +7,8 @@
 
 #include "fp4moe/error.h"
 #include "kernels/gemm/gemv_shapes.h"
+#include "kernels/gemm/mma_shapes.h"
+#include "kernels/gemm/wgmma_shapes.h"
 #include "plan/cutlass_profile.h"
 #include "plan/report_header.h"
 
@@ -220,23 +222,17 @@ ResourceReport model_resources(const Tactic& t, const GpuSpec& gpu, DataType dty
 
 std::vector<Tactic> compiled_w4a16_tactics() {
   std::vector<Tactic> v;
-  for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize}) {
-    const int list[][4] = {{64, 8, 4, 4},   {64, 16, 4, 4},  {64, 8, 3, 4},   {128, 8, 4, 4},
-                           {128, 8, 4, 8},  {128, 8, 3, 4},  {128, 8, 3, 8},  {128, 16, 4, 4},
-                           {128, 16, 4, 8}, {128, 16, 2, 4}, {128, 8, 2, 4},  {128, 32, 3, 4},
-                           {128, 64, 3, 8}, {256, 8, 2, 8},  {256, 16, 2, 8}};
-    for (const auto& c : list) v.push_back(Tactic{Family::kW4a16Mma, c[0], c[1], 256, c[2], c[3], 1, ep, false});
-  }
-  v.push_back(Tactic{Family::kW4a16Mma, 64, 16, 256, 4, 4, 1, Epilogue::kNone, false});
-  v.push_back(Tactic{Family::kW4a16Mma, 128, 32, 256, 3, 4, 1, Epilogue::kNone, false});
-  // The prefill family (sm_90a): 128 rows, 64 K per stage; stages fill about 195-200 KB (the
-  // deeper ring hides the copy latency of a loaded memory system; the rest of 227 KB is left to
-  // the scheduler's per-expert prefix), or, with 7 stages of 64 tokens, half of it: two CTAs
-  // per SM (W4a16WgmmaTraits::kCtasPerSm).
+  // The decode family: its shapes' tables, the ones its instantiation files read.
+  const auto mma = [](const kernels::MmaShape& m, Epilogue ep) {
+    return Tactic{Family::kW4a16Mma, m.rows, m.tokens, 256, m.stages, m.warps, 1, ep, false};
+  };
   for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize})
-    for (const auto& [tokens, stages] :
-         {std::pair{64, 14}, std::pair{64, 7}, std::pair{128, 9}, std::pair{256, 5}})
-      v.push_back(Tactic{Family::kW4a16Wgmma, 128, tokens, 64, stages, 12, 1, ep, false});
+    for (const kernels::MmaShape& m : kernels::kMmaShapes) v.push_back(mma(m, ep));
+  for (const kernels::MmaShape& m : kernels::kMmaShapesNone) v.push_back(mma(m, Epilogue::kNone));
+  // The prefill family (sm_90a): its shapes' table.
+  for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize})
+    for (const kernels::WgmmaShape& w : kernels::kWgmmaShapes)
+      v.push_back(Tactic{Family::kW4a16Wgmma, 128, w.tokens, 64, w.stages, 12, 1, ep, false});
   // The small-batch family: its shapes' table, the one its instantiation files read.
   for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize})
     for (const kernels::GemvShape& g : kernels::kGemvShapes)

@@ -1,7 +1,10 @@
 // Builds a registry entry for one w4a16 tactic (included by the src/kernels/inst files only).
 #pragma once
 
+#include <utility>
+
 #include "kernels/common/launch.h"
+#include "kernels/gemm/mma_shapes.h"
 #include "kernels/gemm/sm80_w4a16_grouped_gemm.cuh"
 #include "kernels/gemm/w4a16_registry.h"
 
@@ -25,6 +28,17 @@ W4a16Kernel make_w4a16_kernel() {
 constexpr Tactic w4a16_tactic(int rows, int tokens, int stages, int warps, Epilogue ep) {
   // split-K 1: the family schedules stream-K over all resident CTAs.
   return Tactic{Family::kW4a16Mma, rows, tokens, 256, stages, warps, 1, ep, false};
+}
+
+// A kernel of epilogue kEp for every shape of kShapes (mma_shapes.h), in its order.
+template <Epilogue kEp, const auto& kShapes, std::size_t... kI>
+std::vector<W4a16Kernel> make_w4a16_kernels(std::index_sequence<kI...>) {
+  return {make_w4a16_kernel<w4a16_tactic(kShapes[kI].rows, kShapes[kI].tokens, kShapes[kI].stages,
+                                         kShapes[kI].warps, kEp)>()...};
+}
+template <Epilogue kEp, const auto& kShapes>
+std::vector<W4a16Kernel> make_w4a16_kernels() {
+  return make_w4a16_kernels<kEp, kShapes>(std::make_index_sequence<kShapes.size()>{});
 }
 
 }  // namespace fp4moe::kernels

@@ -5,11 +5,14 @@
 // map per box height a unit may load (wgmma_box_rows).
 #pragma once
 
+#include <utility>
+
 #include "kernels/common/fragment_order.h"
 #include "kernels/common/launch.h"
 #include "kernels/common/tensor_map.h"
 #include "kernels/gemm/sm90_w4a16_wgmma_grouped_gemm.cuh"
 #include "kernels/gemm/w4a16_registry.h"
+#include "kernels/gemm/wgmma_shapes.h"
 
 namespace fp4moe::kernels {
 
@@ -42,6 +45,16 @@ W4a16Kernel make_w4a16_wgmma_kernel() {
 constexpr Tactic w4a16_wgmma_tactic(int tokens, int stages, Epilogue ep) {
   // 128 weight rows (two consumer warpgroups), 64 K per stage, 12 warps, no split-K.
   return Tactic{Family::kW4a16Wgmma, 128, tokens, 64, stages, 12, 1, ep, false};
+}
+
+// A kernel of epilogue kEp for every shape of kWgmmaShapes (wgmma_shapes.h), in its order.
+template <Epilogue kEp, std::size_t... kI>
+std::vector<W4a16Kernel> make_w4a16_wgmma_kernels(std::index_sequence<kI...>) {
+  return {make_w4a16_wgmma_kernel<w4a16_wgmma_tactic(kWgmmaShapes[kI].tokens, kWgmmaShapes[kI].stages, kEp)>()...};
+}
+template <Epilogue kEp>
+std::vector<W4a16Kernel> make_w4a16_wgmma_kernels() {
+  return make_w4a16_wgmma_kernels<kEp>(std::make_index_sequence<kWgmmaShapes.size()>{});
 }
 
 }  // namespace fp4moe::kernels

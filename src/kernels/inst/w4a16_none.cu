@@ -3,12 +3,6 @@
 
 namespace fp4moe::kernels {
 
-std::vector<W4a16Kernel> w4a16_none_kernels() {
-  constexpr Epilogue kEp = Epilogue::kNone;
-  return {
-      make_w4a16_kernel<w4a16_tactic(64, 16, 4, 4, kEp)>(),
-      make_w4a16_kernel<w4a16_tactic(128, 32, 3, 4, kEp)>(),
-  };
-}
+std::vector<W4a16Kernel> w4a16_none_kernels() { return make_w4a16_kernels<Epilogue::kNone, kMmaShapesNone>(); }
 
 }  // namespace fp4moe::kernels

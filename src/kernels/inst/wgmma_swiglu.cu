@@ -3,14 +3,6 @@
 
 namespace fp4moe::kernels {
 
-std::vector<W4a16Kernel> w4a16_wgmma_swiglu_kernels() {
-  constexpr Epilogue kEp = Epilogue::kSwiglu;
-  return {
-      make_w4a16_wgmma_kernel<w4a16_wgmma_tactic(64, 14, kEp)>(),
-      make_w4a16_wgmma_kernel<w4a16_wgmma_tactic(64, 7, kEp)>(),
-      make_w4a16_wgmma_kernel<w4a16_wgmma_tactic(128, 9, kEp)>(),
-      make_w4a16_wgmma_kernel<w4a16_wgmma_tactic(256, 5, kEp)>(),
-  };
-}
+std::vector<W4a16Kernel> w4a16_wgmma_swiglu_kernels() { return make_w4a16_wgmma_kernels<Epilogue::kSwiglu>(); }
 
 }  // namespace fp4moe::kernels

@@ -1,0 +1,21 @@
+// wgmma_shapes.h - the compiled shapes of the w4a16_wgmma (prefill) family, in one table (no CUDA
+// headers): the instantiation files (src/kernels/inst/wgmma_*.cu, through wgmma_launch.cuh) and
+// the resource model's list of compiled tactics (src/plan/resource_model.cc) both read it.
+#pragma once
+
+#include <array>
+
+namespace fp4moe::kernels {
+
+// 128 weight rows, 64 K a stage, 12 warps (a producer and two consumer warpgroups) in every
+// shape. The stages fill about 195-200 KB (the deeper ring hides the copy latency of a loaded
+// memory system; the rest of 227 KB is left to the scheduler's per-expert prefix), or, with 7
+// stages of 64 tokens, half of it: two CTAs per SM (W4a16WgmmaTraits::kCtasPerSm).
+struct WgmmaShape {
+  int tokens;  // token tile: wgmma N, 64..256
+  int stages;
+};
+
+inline constexpr std::array<WgmmaShape, 4> kWgmmaShapes{{{64, 14}, {64, 7}, {128, 9}, {256, 5}}};
+
+}  // namespace fp4moe::kernels
