@@ -24,14 +24,15 @@ inline bool narrow_experts(const MoeConfig& cfg) { return cfg.intermediate < kWi
 // kPrefillN128MinTokens, of 128 below kPrefillN256MinTokens, else 256. Measured on the H200,
 // both GEMMs forced, two or three rounds in one process (docs/HEURISTIC.md has the tables): at
 // 16 tokens per expert (T = 512) the two-CTA 64-token tile is level with the decode family's
-// 256 x 16 tile on glm5 (I = 2048; 2476-2479 us against 2319-2587, 2419 the middle run; it was
-// 4-6% faster than the 128 x 16 tile) and 12% slower on glm5-tp8 (I = 256: FC2's units are 4
+// 256 x 16 tile on glm5 (I = 2048; over five device calls its runs 2467-2610 us, middle 2516,
+// against 2319-2852, middle 2503: as fast, and steadier; it was 4-6% faster than the 128 x 16
+// tile) and 12% slower on glm5-tp8 (I = 256: FC2's units are 4
 // stages long and the prefill path's token gather is a fixed cost its small GEMMs do not hide);
 // at 20 (T = 640) 13% faster on glm5 and 3% slower on glm5-tp8, at 24 (T = 768) 1.36x faster
 // on glm5 and 6% on glm5-tp8. Against the 128-token tile it is
 // 1.18x (glm5) and 1.3x (glm5-tp8) faster at 32 (T = 1024), 5-8% / 1.23x at 48, and 11-13%
 // slower at 64 (glm5, T = 2048); the 256-token tile wins from 128 per expert (22%), loses at 64.
-inline constexpr double kPrefillMinTokens = 17;
+inline constexpr double kPrefillMinTokens = 16;
 inline constexpr double kPrefillMinTokensNarrow = 24;
 inline constexpr double kPrefillN128MinTokens = 56;
 inline constexpr double kPrefillN256MinTokens = 96;

@@ -40,10 +40,10 @@ TEST(Heuristic, PlansOnTheH200) {
   EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 511, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
   EXPECT_EQ(fc2(511), "w4a16_mma:m256n16k256:s2:w8:sk1:finalize");
-  // From 17 tokens per expert the prefill family (sm_90a): 64-token tiles two CTAs per SM, 128
+  // From 16 tokens per expert the prefill family (sm_90a): 64-token tiles two CTAs per SM, 128
   // from 56, 256 from 96.
-  EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 544, "h200"), "w4a16_wgmma:m128n64k64:s7:w12:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 511, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_wgmma:m128n64k64:s7:w12:sk1:swiglu");
   // Narrow experts (glm5-tp8, I = 256) from 24.
   const MoeConfig tp8 = MoeConfig::preset("glm5-tp8");
   EXPECT_EQ(fc1(tp8, 767, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
@@ -85,9 +85,9 @@ TEST(Heuristic, FallsBackToWhatFitsOnSm120) {
             "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 8, "rtx-pro-6000"), "w4a16_mma:m128n8k256:s4:w4:sk1:swiglu");  // s3: still 1 CTA/SM
   EXPECT_EQ(fc1(glm5, 256, "rtx-pro-6000"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
-  // The fallback (no 64-token tile fits): the 16-token tile with the most rows that fits, 256 x 16
-  // with 2 stages (88 KB, one CTA of 8 warps per SM).
-  EXPECT_EQ(fc1(glm5, 4096, "rtx-pro-6000"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
+  // The fallback (no 64-token tile fits): the 16-token tile with the most rows up to 128 that
+  // fits (the 256-row tiles spill on sm_120a).
+  EXPECT_EQ(fc1(glm5, 4096, "rtx-pro-6000"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
 }
 
 TEST(Heuristic, EveryChoiceFitsOnEveryKnownGpu) {
