@@ -222,21 +222,15 @@ ResourceReport model_resources(const Tactic& t, const GpuSpec& gpu, DataType dty
 
 std::vector<Tactic> compiled_w4a16_tactics() {
   std::vector<Tactic> v;
-  // The decode family: its shapes' tables, the ones its instantiation files read.
-  const auto mma = [](const kernels::MmaShape& m, Epilogue ep) {
-    return Tactic{Family::kW4a16Mma, m.rows, m.tokens, 256, m.stages, m.warps, 1, ep, false};
+  // Each family's shapes' table and shape -> tactic mapping, the ones its instantiation files
+  // read: decode (with the plain epilogue's own table), prefill (sm_90a), small batch.
+  const auto add = [&v](const auto& shapes, Epilogue ep) {
+    for (const auto& s : shapes) v.push_back(kernels::shape_tactic(s, ep));
   };
-  for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize})
-    for (const kernels::MmaShape& m : kernels::kMmaShapes) v.push_back(mma(m, ep));
-  for (const kernels::MmaShape& m : kernels::kMmaShapesNone) v.push_back(mma(m, Epilogue::kNone));
-  // The prefill family (sm_90a): its shapes' table.
-  for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize})
-    for (const kernels::WgmmaShape& w : kernels::kWgmmaShapes)
-      v.push_back(Tactic{Family::kW4a16Wgmma, 128, w.tokens, 64, w.stages, 12, 1, ep, false});
-  // The small-batch family: its shapes' table, the one its instantiation files read.
-  for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize})
-    for (const kernels::GemvShape& g : kernels::kGemvShapes)
-      v.push_back(Tactic{Family::kW4a16Gemv, g.rows, 8, 256, g.stages, g.warps, 1, ep, false});
+  for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize}) add(kernels::kMmaShapes, ep);
+  add(kernels::kMmaShapesNone, Epilogue::kNone);
+  for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize}) add(kernels::kWgmmaShapes, ep);
+  for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize}) add(kernels::kGemvShapes, ep);
   return v;
 }
 

@@ -40,16 +40,10 @@ W4a16Kernel make_w4a16_gemv_kernel() {
   return k;
 }
 
-constexpr Tactic w4a16_gemv_tactic(int rows, int stages, int warps, Epilogue ep) {
-  // The batch (up to 8 tokens) is one n8 tile; one item is a K group of 256.
-  return Tactic{Family::kW4a16Gemv, rows, 8, 256, stages, warps, 1, ep, false};
-}
-
 // A kernel of epilogue kEp for every shape of kGemvShapes, in its order.
 template <Epilogue kEp, std::size_t... kI>
 std::vector<W4a16Kernel> make_w4a16_gemv_kernels(std::index_sequence<kI...>) {
-  return {make_w4a16_gemv_kernel<w4a16_gemv_tactic(kGemvShapes[kI].rows, kGemvShapes[kI].stages,
-                                                   kGemvShapes[kI].warps, kEp)>()...};
+  return {make_w4a16_gemv_kernel<shape_tactic(kGemvShapes[kI], kEp)>()...};
 }
 template <Epilogue kEp>
 std::vector<W4a16Kernel> make_w4a16_gemv_kernels() {

@@ -5,6 +5,8 @@
 
 #include <array>
 
+#include "fp4moe/tactic.h"
+
 namespace fp4moe::kernels {
 
 struct GemvShape {
@@ -14,5 +16,10 @@ struct GemvShape {
 };
 
 inline constexpr std::array<GemvShape, 4> kGemvShapes{{{16, 3, 4}, {16, 2, 8}, {16, 2, 4}, {16, 2, 6}}};
+
+// The tactic of a shape: the batch (up to 8 tokens) is one n8 tile, an item a K group of 256.
+constexpr Tactic shape_tactic(const GemvShape& g, Epilogue ep) {
+  return Tactic{Family::kW4a16Gemv, g.rows, 8, 256, g.stages, g.warps, 1, ep, false};
+}
 
 }  // namespace fp4moe::kernels

@@ -5,6 +5,8 @@
 
 #include <array>
 
+#include "fp4moe/tactic.h"
+
 namespace fp4moe::kernels {
 
 struct MmaShape {
@@ -36,5 +38,11 @@ inline constexpr std::array<MmaShape, 15> kMmaShapes{{
 
 // The plain epilogue (raw fp32 rows; the GEMM tests and the CUTLASS comparisons).
 inline constexpr std::array<MmaShape, 2> kMmaShapesNone{{{64, 16, 4, 4}, {128, 32, 3, 4}}};
+
+// The tactic of a shape: K groups of 256, split-K 1 (the family schedules stream-K over all
+// resident CTAs).
+constexpr Tactic shape_tactic(const MmaShape& m, Epilogue ep) {
+  return Tactic{Family::kW4a16Mma, m.rows, m.tokens, 256, m.stages, m.warps, 1, ep, false};
+}
 
 }  // namespace fp4moe::kernels

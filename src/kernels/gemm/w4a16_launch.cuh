@@ -25,16 +25,10 @@ W4a16Kernel make_w4a16_kernel() {
   return k;
 }
 
-constexpr Tactic w4a16_tactic(int rows, int tokens, int stages, int warps, Epilogue ep) {
-  // split-K 1: the family schedules stream-K over all resident CTAs.
-  return Tactic{Family::kW4a16Mma, rows, tokens, 256, stages, warps, 1, ep, false};
-}
-
 // A kernel of epilogue kEp for every shape of kShapes (mma_shapes.h), in its order.
 template <Epilogue kEp, const auto& kShapes, std::size_t... kI>
 std::vector<W4a16Kernel> make_w4a16_kernels(std::index_sequence<kI...>) {
-  return {make_w4a16_kernel<w4a16_tactic(kShapes[kI].rows, kShapes[kI].tokens, kShapes[kI].stages,
-                                         kShapes[kI].warps, kEp)>()...};
+  return {make_w4a16_kernel<shape_tactic(kShapes[kI], kEp)>()...};
 }
 template <Epilogue kEp, const auto& kShapes>
 std::vector<W4a16Kernel> make_w4a16_kernels() {

@@ -42,15 +42,10 @@ W4a16Kernel make_w4a16_wgmma_kernel() {
   return k;
 }
 
-constexpr Tactic w4a16_wgmma_tactic(int tokens, int stages, Epilogue ep) {
-  // 128 weight rows (two consumer warpgroups), 64 K per stage, 12 warps, no split-K.
-  return Tactic{Family::kW4a16Wgmma, 128, tokens, 64, stages, 12, 1, ep, false};
-}
-
 // A kernel of epilogue kEp for every shape of kWgmmaShapes (wgmma_shapes.h), in its order.
 template <Epilogue kEp, std::size_t... kI>
 std::vector<W4a16Kernel> make_w4a16_wgmma_kernels(std::index_sequence<kI...>) {
-  return {make_w4a16_wgmma_kernel<w4a16_wgmma_tactic(kWgmmaShapes[kI].tokens, kWgmmaShapes[kI].stages, kEp)>()...};
+  return {make_w4a16_wgmma_kernel<shape_tactic(kWgmmaShapes[kI], kEp)>()...};
 }
 template <Epilogue kEp>
 std::vector<W4a16Kernel> make_w4a16_wgmma_kernels() {

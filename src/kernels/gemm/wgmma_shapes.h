@@ -5,6 +5,8 @@
 
 #include <array>
 
+#include "fp4moe/tactic.h"
+
 namespace fp4moe::kernels {
 
 // 128 weight rows, 64 K a stage, 12 warps (a producer and two consumer warpgroups) in every
@@ -17,5 +19,10 @@ struct WgmmaShape {
 };
 
 inline constexpr std::array<WgmmaShape, 4> kWgmmaShapes{{{64, 14}, {64, 7}, {128, 9}, {256, 5}}};
+
+// The tactic of a shape: 128 weight rows, 64 K a stage, 12 warps, no split-K.
+constexpr Tactic shape_tactic(const WgmmaShape& w, Epilogue ep) {
+  return Tactic{Family::kW4a16Wgmma, 128, w.tokens, 64, w.stages, 12, 1, ep, false};
+}
 
 }  // namespace fp4moe::kernels
