@@ -7,8 +7,8 @@
 // tokens per expert where the tensor cores, not the weight bytes, set the pace:
 //
 //   - wgmma m64nNk16 (N = the token tile, 64..256; an expert's partial last tile runs at the
-//     narrowest of a list of widths that holds it, and its tokens come in a box of a multiple
-//     of 32 rows)
+//     narrowest of a list of widths that holds it, and its tokens come in a box of exactly that
+//     many rows)
 //     with the weights as the register operand A and the tokens in 128-byte swizzled K-major
 //     shared memory (64 K per row);
 //   - one producer warp feeds a ring of kStages stages through the copy engine: the tokens by
@@ -50,7 +50,8 @@
 // Shared memory (dynamic, aligned up to 1024 B at run time; S = kStageBytes):
 //   [s*S,            + N*128)        B: N token rows x 128 B (bf16, swizzled by the copy engine)
 //   [.. ,            + 4096)         raw weights: 8 row tiles x 512 B (this stage's 64-K chunk)
-//   [.. ,            + 2048)         raw block scales: 8 row tiles x 256 B (the whole K group)
+//   [.. ,            + 2048)         raw block scales: 8 row tiles x 256 B (the whole K group;
+//                                    copied with its first chunk's stage only)
 //   [kStages*S, ...)                 full/empty barriers, unit per stage, unit prefix, scan sums
 #pragma once
 
@@ -79,11 +80,10 @@ namespace fp4moe::kernels {
 // columns. The lists step by 8 (wgmma's granularity) where the partial tiles of the default
 // sweep fall and coarser elsewhere: ptxas keeps the 128 accumulators of the 256-token tile in
 // registers with these 16 widths, not with all 32 multiples of 8 (local memory, spills). The
-// token rows come in boxes of a multiple of 32 rows (one tensor map each): the up to 24 rows
-// beyond the width cost L2 reads, not tensor time.
-__host__ __device__ constexpr int wgmma_box_index(int width) { return (width + 31) / 32 - 1; }
-__host__ __device__ constexpr int wgmma_box_rows(int index) { return 32 * (index + 1); }
-inline constexpr int kWgmmaBoxes = 8;  // 32, 64, ..., 256 rows
+// token rows come in a box of exactly the width (one tensor map per width): the kernel is bound
+// by what it reads from L2 per MMA (the token tile is ~3/4 of a stage's bytes), and boxes of a
+// multiple of 32 rows read ~10% more token bytes than the widths use at T = 4096.
+inline constexpr int kWgmmaMaxWidths = 16;  // tensor maps of token boxes a kernel holds
 
 // The widths a tile's units run at (ascending, multiples of 8, the last the tile's).
 template <int... kWidths>
@@ -100,6 +100,12 @@ struct WgmmaWidths {
     ((w = kWidths >= tokens && kWidths < w ? kWidths : w), ...);
     return w;
   }
+  // Its index in the list (the tensor map of its token box).
+  __host__ __device__ static constexpr int index_of(int width) {
+    int i = 0;
+    ((i += kWidths < width ? 1 : 0), ...);
+    return i;
+  }
 
   // Ascending multiples of 8 in [8, 256] (wgmma's N), and narrowest() picks each of them for the
   // token counts it covers.
@@ -107,6 +113,7 @@ struct WgmmaWidths {
     for (int i = 0; i < kCount; ++i) {
       if (at(i) % 8 != 0 || at(i) < 8 || at(i) > 256 || (i > 0 && at(i) <= at(i - 1))) return false;
       if (narrowest(at(i)) != at(i) || narrowest(i > 0 ? at(i - 1) + 1 : 1) != at(i)) return false;
+      if (index_of(at(i)) != i) return false;
     }
     return true;
   }
@@ -151,11 +158,11 @@ struct WgmmaUnitEntry {
 static_assert(sizeof(WgmmaUnitEntry) == 32, "the resource model counts 32 B of unit ring per stage");
 
 // The kernel's tensor maps: the prepacked weights (a box = one 64-K chunk of a row block's 8 row
-// tiles), and the tokens, one map per box (tokens[i]: wgmma_box_rows(i) rows x 64 K; those wider
-// than the tile are left empty).
+// tiles), and the tokens, one map per width of the tile (tokens[i]: Widths::at(i) rows x 64 K;
+// those past the tile's list are left empty).
 struct WgmmaMaps {
   CUtensorMap weights;
-  CUtensorMap tokens[kWgmmaBoxes];
+  CUtensorMap tokens[kWgmmaMaxWidths];
 };
 
 template <Tactic kT>
@@ -189,6 +196,7 @@ struct W4a16WgmmaTraits {
   static_assert(kStageBytes % 1024 == 0, "stages keep the swizzled tiles 1024-byte aligned");
   static_assert(Widths::valid() && Widths::at(Widths::kCount - 1) == kTokens,
                 "the widths: ascending multiples of 8 that end at the tile");
+  static_assert(Widths::kCount <= kWgmmaMaxWidths, "a token box tensor map per width");
 
   // Beyond the stages: 2 barriers per stage; the unit ring (the unit a stage starts, a
   // WgmmaUnitEntry per stage); the unit prefix (4 B per group + 1); the scan's warp sums. The
@@ -295,26 +303,30 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
         const int rt0 = cu.rb * kRowTiles;
         const int rts = min(kRowTiles, p.rowtiles - rt0);  // row tiles that exist in this block
         const uint8_t* ssrc = p.scales + cu.e * expert_sbytes + static_cast<int64_t>(rt0) * 256;
-        // The box always lands whole (rows past the tensor as zeros); rows of the next expert
-        // only feed D columns that are never stored.
-        const int bi = wgmma_box_index(Tr::Widths::narrowest(cu.ntok));
+        // The box (the unit's width in rows) always lands whole (rows past the tensor as
+        // zeros); rows of the next expert only feed D columns that are never stored.
+        const int width = Tr::Widths::narrowest(cu.ntok);
+        const int bi = Tr::Widths::index_of(width);
         // The weight box always lands whole too: row tiles past the block are the next blocks'
-        // (or zeros past the tensor), never dequantized into a stored row.
-        const uint32_t stage_bytes = wgmma_box_rows(bi) * 128 + Tr::kRawBytes + rts * 256;
+        // (or zeros past the tensor), never dequantized into a stored row. The block scales
+        // cover a whole K group: they come with its first chunk only.
+        const uint32_t stage_bytes = width * 128 + Tr::kRawBytes;
+        const uint32_t scale_bytes = rts * 256;
         for (int ks = 0; ks < k_steps; ++ks) {
           sm90::mbarrier_wait(&empty[slot], phase ^ 1);  // a fresh barrier passes parity 1
           uint8_t* st = smem + slot * Tr::kStageBytes;
           const int kg = ks >> 2, chunk = ks & 3;
-          // Three copies per stage from one lane: each copy instruction costs the issuing warp
-          // ~100 cycles (a copy per row tile made the producer the bottleneck at 32 tokens per
+          // Two or three copies per stage from one lane: each copy instruction costs the issuing
+          // warp ~100 cycles (a copy per row tile made the producer the bottleneck at 32 tokens per
           // expert).
           if (lane == 0) {
             if (ks == 0) unit_ring[slot] = WgmmaUnitEntry{cu, ka, kb, {0, 0}};  // released by the arrival below
-            sm90::mbarrier_arrive_expect_tx(&full[slot], stage_bytes);
+            sm90::mbarrier_arrive_expect_tx(&full[slot], stage_bytes + (chunk == 0 ? scale_bytes : 0));
             sm90::tma_load_3d(st + Tr::kBBytes, &maps.weights, 0, chunk,
                               (cu.e * p.kgroups + kg) * p.rowtiles + rt0, &full[slot]);
-            sm90::bulk_copy_g2s(st + Tr::kBBytes + Tr::kRawBytes,
-                                ssrc + kg * static_cast<int64_t>(p.rowtiles) * 256, rts * 256, &full[slot]);
+            if (chunk == 0)
+              sm90::bulk_copy_g2s(st + Tr::kBBytes + Tr::kRawBytes,
+                                  ssrc + kg * static_cast<int64_t>(p.rowtiles) * 256, scale_bytes, &full[slot]);
             sm90::tma_load_2d(st, &maps.tokens[bi], ks * 64, cu.tok0, &full[slot]);
           }
           __syncwarp();
@@ -347,6 +359,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
     uint32_t frag[2][4][4];  // [register buffer][k step][A fragment]: two stages in flight
     int slot = 0;
     uint32_t phase = 0;
+    uint2 sc = make_uint2(0, 0);  // this lane's block scales of the current K group (8 B: its 4 chunks)
 
     // One stage: dequantize this warp's 16 rows x 64 K into register buffer kBuf, issue its 4
     // wgmma, then retire the previous stage's (the other buffer) and release that slot.
@@ -360,7 +373,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
         const int chunk = ks & 3;
         const uint8_t* raw = st + Tr::kBBytes;
         const uint4 w = ptx::ld_shared_v4(raw + local_rt * 512 + lane * 16);
-        const uint2 sc = ptx::ld_shared_v2(raw + Tr::kRawBytes + local_rt * 256 + lane * 8);
+        // The K group's scales land with its first chunk's stage only (slots are refilled
+        // stage by stage, so they are kept in registers for the other three).
+        if (chunk == 0) sc = ptx::ld_shared_v2(raw + Tr::kRawBytes + local_rt * 256 + lane * 8);
         const uint32_t sword = chunk < 2 ? sc.x : sc.y;
         const uint32_t sg = ue5m3_to_bf16x2_scaled(sword, 2u * (chunk & 1));
         const uint32_t sg8 = ue5m3_to_bf16x2_scaled(sword, 2u * (chunk & 1) + 1u);

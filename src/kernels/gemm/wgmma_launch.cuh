@@ -2,7 +2,7 @@
 // only). The launch encodes the token tensor map of this call's B operand: boxes of a whole
 // token tile of contiguous rows in fragment order (the layer gathers FC1's rows into permuted
 // order first, and FC1 writes FC2's in fragment order), whole 64-element chunks per row; one
-// map per box height a unit may load (wgmma_box_rows).
+// map per width a unit may run at (W4a16WgmmaTraits::Widths), whose box is that many rows.
 #pragma once
 
 #include <utility>
@@ -35,8 +35,9 @@ W4a16Kernel make_w4a16_wgmma_kernel() {
     WgmmaMaps maps{};
     maps.weights = make_prepacked_chunks_tensor_map(p.weights, int64_t{p.num_experts} * p.kgroups * p.rowtiles,
                                                     kT.tile_rows / 16);
-    for (int i = 0; i < kWgmmaBoxes && wgmma_box_rows(i) <= kT.tile_tokens; ++i)
-      maps.tokens[i] = make_bf16_rows_tensor_map(p.x, p.x_rows, pitch, p.x_stride, wgmma_box_rows(i));
+    using Widths = typename W4a16WgmmaTraits<kT>::Widths;
+    for (int i = 0; i < Widths::kCount; ++i)
+      maps.tokens[i] = make_bf16_rows_tensor_map(p.x, p.x_rows, pitch, p.x_stride, Widths::at(i));
     launch_kernel(kKernel, dim3(grid), dim3(kT.warps * 32), smem, pdl, stream, p, maps);
   };
   return k;
