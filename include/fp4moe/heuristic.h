@@ -37,6 +37,19 @@ inline constexpr double kPrefillMinTokensNarrow = 24;
 inline constexpr double kPrefillN128MinTokens = 56;
 inline constexpr double kPrefillN256MinTokens = 96;
 
+// Three consumer warpgroups: from kPrefillN128MinTokens up to kPrefillWideRowsMaxTokens (not
+// included) the 192-row, 176-token tile (m192n176:s7:w16) replaces the 128- and 256-token ones
+// for a GEMM whose rows it pads by at most kPrefillWideRowsMaxPadding more than the 128-row
+// tiles do (glm5: FC1's 4096 rows 3%, FC2's 6144 none; glm5-tp8's FC1, 512 rows, 12.5%: not
+// there). Measured on the H200 (plain launches per GEMM, two rounds, against the dispatched
+// tile): glm5 FC2 -5% at means of 56, 64 and 80, -7.5% at 96, -6% at 128, -3% at 144, level at
+// 160; glm5 FC1 level at 56-80, -4% at 96, -2.5% at 128, +1% at 144, +5% at 160 (experts past
+// 176 tokens take a second, narrow unit); glm5-tp8 FC2 -15% at 56-96, -9% at 128, -6.5% at 144,
+// but 13% slower than the two-CTA 64-token tile at 48; glm5-tp8 FC1 (12.5% padding) 4-12%
+// slower everywhere.
+inline constexpr double kPrefillWideRowsMaxTokens = 152;
+inline constexpr double kPrefillWideRowsMaxPadding = 0.05;
+
 // Decode token tile, from mean = T * k / E: 8 up to kDecodeN8MaxMean, 16 up to kDecodeN16MaxMean,
 // else 64. Measured: the tuner's fastest tile on the H200 (glm5) was 8 at a mean of 4 and 16 at
 // 8, 16 and 32; among the decode tiles 64 was fastest at 64 and 128 (where sm_90a runs the

@@ -27,8 +27,14 @@ Tactic decode_tactic(int tokens, double mean, bool narrow, Epilogue ep) {
 // The prefill family's tactic for a mean of `mean` tokens per expert: 64-token tiles with 7
 // stages (two CTAs per SM: four consumer warpgroups hide each other's per-stage chains, which
 // bound the short wgmma of few tokens per expert), 128 (9 stages) or 256 (5 stages), about
-// 195-205 KB of shared memory per SM each.
-Tactic prefill_tactic(double mean, Epilogue ep) {
+// 195-205 KB of shared memory per SM each; in between, where its rows fit the GEMM's, the
+// 192 x 176 tile (three consumer warpgroups, 7 stages, 220 KB).
+Tactic prefill_tactic(const MoeConfig& cfg, double mean, Epilogue ep) {
+  const int64_t rows = ep == Epilogue::kSwiglu ? 2 * cfg.intermediate : cfg.hidden;
+  const auto padded = [&](int64_t block) { return static_cast<double>((rows + block - 1) / block * block); };
+  if (mean >= kPrefillN128MinTokens && mean < kPrefillWideRowsMaxTokens &&
+      padded(192) <= padded(128) * (1.0 + kPrefillWideRowsMaxPadding))
+    return Tactic{Family::kW4a16Wgmma, 192, 176, 64, 7, 16, 1, ep, false};
   const int tokens = mean < kPrefillN128MinTokens ? 64 : mean < kPrefillN256MinTokens ? 128 : 256;
   const int stages = tokens == 64 ? 7 : tokens == 128 ? 9 : 5;
   return Tactic{Family::kW4a16Wgmma, 128, tokens, 64, stages, 12, 1, ep, false};
@@ -61,7 +67,7 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
   const auto fits = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).fits; };
   const double mean = static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
   if (gpu.has_wgmma() && mean >= prefill_min_tokens(cfg)) {
-    const Tactic prefill = prefill_tactic(mean, ep);
+    const Tactic prefill = prefill_tactic(cfg, mean, ep);
     if (fits(prefill)) return prefill;
   }
   const Tactic preferred = decode_tactic(heuristic_token_tile(cfg, tokens), mean, narrow_experts(cfg), ep);

@@ -172,7 +172,7 @@ struct W4a16WgmmaTraits {
   static constexpr int kStageK = kT.tile_k;
   static constexpr int kStages = kT.stages;
   static constexpr int kThreads = kT.warps * 32;
-  static constexpr int kConsumers = 2;       // warpgroups of 64 weight rows
+  static constexpr int kConsumers = kRows / 64;  // warpgroups of 64 weight rows
   static constexpr int kRowTiles = kRows / 16;
   static constexpr int kBBytes = kTokens * 128;
   static constexpr int kRawBytes = kRowTiles * 512;    // FP4 codes of one 64-K chunk
@@ -180,16 +180,20 @@ struct W4a16WgmmaTraits {
   static constexpr int kStageBytes = kBBytes + kRawBytes + kScaleBytes;
   static constexpr int kAccum = kTokens / 2;           // fp32 accumulators per consumer thread
   // The widths units run at (see wgmma_box_index's comment).
-  using Widths = std::conditional_t<kTokens == 64, WgmmaWidths<16, 24, 32, 40, 48, 56, 64>,
-                 std::conditional_t<kTokens == 128, WgmmaWidths<16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128>,
-                                    WgmmaWidths<16, 32, 48, 64, 96, 112, 128, 136, 144, 152, 160, 168, 176, 192,
-                                                224, 256>>>;
+  using Widths = std::conditional_t<
+      kTokens == 64, WgmmaWidths<16, 24, 32, 40, 48, 56, 64>,
+      std::conditional_t<
+          kTokens == 128, WgmmaWidths<16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128>,
+          std::conditional_t<kTokens == 176, WgmmaWidths<16, 32, 48, 64, 96, 112, 128, 136, 144, 152, 160, 168, 176>,
+                             WgmmaWidths<16, 32, 48, 64, 96, 112, 128, 136, 144, 152, 160, 168, 176, 192, 224,
+                                         256>>>>;
 
   static_assert(kT.family == Family::kW4a16Wgmma, "w4a16_wgmma kernel instantiated for another family");
-  static_assert(kRows == 128, "two consumer warpgroups of 64 rows");
+  static_assert(kRows == 128 || kRows == 192, "two or three consumer warpgroups of 64 rows");
   static_assert(kStageK == 64, "one 128-byte swizzled row of bf16 per stage");
-  static_assert(kT.warps == 12, "one producer and two consumer warpgroups");
-  static_assert(kTokens == 64 || kTokens == 128 || kTokens == 256, "wgmma N of 64, 128 or 256");
+  static_assert(kT.warps == 4 * (1 + kConsumers), "a producer warpgroup and a consumer warpgroup per 64 rows");
+  static_assert(kRows == 128 ? (kTokens == 64 || kTokens == 128 || kTokens == 256) : kTokens == 176,
+                "wgmma N of 64, 128 or 256 with two consumer warpgroups, 176 with three (registers)");
   static_assert(kT.split_k == 1, "persistent tiles: no split-K");
   static_assert(kT.epilogue == Epilogue::kSwiglu || kT.epilogue == Epilogue::kFinalize,
                 "the prefill family serves FC1 (swiglu) and FC2 (finalize) only");
@@ -227,12 +231,18 @@ struct W4a16WgmmaTraits {
       kTokens == 64 && 2 * (dynamic_smem_bytes(kMaxRoutedExperts + 1) + kSmemReservedPerCta) <= kSm90SmemPerSm
           ? 2
           : 1;
-  static constexpr int kProducerRegs = kCtasPerSm == 2 ? 32 : 40;
-  static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 104 : 232;
-  static constexpr int kLaunchRegs = kCtasPerSm == 2 ? 80 : 168;
-  static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= kLaunchRegs * kThreads,
+  //
+  // Three consumer warpgroups (192 rows, 512 threads: 128 registers at launch) put three
+  // consumer warps on each scheduler instead of two, which is what hides the chain when one
+  // CTA's two cannot; their registers bound the token tile: 88 accumulators (176 tokens), two
+  // stages of A fragments and the rest in 160 (producers 24: 24 x 128 + 160 x 384 <= 64 K).
+  static constexpr int kProducerRegs = kCtasPerSm == 2 ? 32 : kConsumers == 3 ? 32 : 40;
+  static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 104 : kConsumers == 3 ? 152 : 232;
+  static constexpr int kLaunchRegs = kCtasPerSm == 2 ? 80 : kConsumers == 3 ? 128 : 168;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= kLaunchRegs * kThreads,
                 "setmaxnreg moves registers within the CTA's launch allocation");
   static_assert(kLaunchRegs * kThreads * kCtasPerSm <= 65536, "the CTAs' registers fit an SM");
+  static constexpr int kFragBufs = kConsumers == 3 ? 1 : 2;
 };
 
 // kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each (two CTAs at
@@ -355,8 +365,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
     const int wl = warp & 3;       // warp in the warpgroup: row tile 4 cw + wl of the block
     const int g = lane >> 2, t = lane & 3;
     const int local_rt = 4 * cw + wl;
+    constexpr int kBufs = Tr::kFragBufs;
     float acc[Tr::kAccum];
-    uint32_t frag[2][4][4];  // [register buffer][k step][A fragment]: two stages in flight
+    uint32_t frag[kBufs][4][4];  // [register buffer][k step][A fragment]: kBufs stages in flight
     int slot = 0;
     uint32_t phase = 0;
     uint2 sc = make_uint2(0, 0);  // this lane's block scales of the current K group (8 B: its 4 chunks)
@@ -389,11 +400,11 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       sm90::wgmma_fence_operands(acc);
       // The previous stage's wgmma are done: its register buffer may be rewritten and its slot
       // refilled (this stage's stay in flight while the next stage is dequantized).
-      sm90::wgmma_wait<1>();
+      sm90::wgmma_wait<kBufs - 1>();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[kBuf ^ 1][kk]);
-      const int prev = slot == 0 ? kStages - 1 : slot - 1;
-      if (ks > 0) sm90::mbarrier_arrive(&empty[prev]);
+      for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[(kBuf + 1) % kBufs][kk]);
+      const int oldest = slot >= kBufs - 1 ? slot - (kBufs - 1) : slot + kStages - (kBufs - 1);
+      if (ks >= kBufs - 1) sm90::mbarrier_arrive(&empty[oldest]);
       if (++slot == kStages) {
         slot = 0;
         phase ^= 1;
@@ -411,18 +422,22 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       const int width = Tr::Widths::narrowest(cu.ntok);
       // Two stages per trip: the register buffer of each is a compile-time index.
       int ks = 0;
-      for (; ks + 1 < k_steps; ks += 2) {
-        stage(std::integral_constant<int, 0>{}, ks, width);
-        stage(std::integral_constant<int, 1>{}, ks + 1, width);
+      if constexpr (kBufs == 2) {
+        for (; ks + 1 < k_steps; ks += 2) {
+          stage(std::integral_constant<int, 0>{}, ks, width);
+          stage(std::integral_constant<int, 1>{}, ks + 1, width);
+        }
+        if (ks < k_steps) stage(std::integral_constant<int, 0>{}, ks, width);
+      } else {
+        for (; ks < k_steps; ++ks) stage(std::integral_constant<int, 0>{}, ks, width);
       }
-      if (ks < k_steps) stage(std::integral_constant<int, 0>{}, ks, width);
       sm90::wgmma_wait<0>();
       sm90::wgmma_fence_operands(acc);
 #pragma unroll
-      for (int b = 0; b < 2; ++b)
+      for (int b = 0; b < kBufs; ++b)
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[b][kk]);
-      sm90::mbarrier_arrive(&empty[slot == 0 ? kStages - 1 : slot - 1]);
+      if (kBufs == 2) sm90::mbarrier_arrive(&empty[slot == 0 ? kStages - 1 : slot - 1]);
 
       // ---- epilogue: acc[4j + i] = row 16 local_rt + g (+8 for i >= 2), token 8j + 2t + (i & 1)
       const int rt = cu.rb * kRowTiles + local_rt;  // global row tile of this warp

@@ -9,20 +9,23 @@
 
 namespace fp4moe::kernels {
 
-// 128 weight rows, 64 K a stage, 12 warps (a producer and two consumer warpgroups) in every
-// shape. The stages fill about 195-200 KB (the deeper ring hides the copy latency of a loaded
+// 128 weight rows and 12 warps (a producer and two consumer warpgroups), or 192 and 16 (three
+// consumer warpgroups), 64 K a stage. The stages fill about 195-200 KB (the deeper ring hides the copy latency of a loaded
 // memory system; the rest of 227 KB is left to the scheduler's per-expert prefix), or, with 7
 // stages of 64 tokens, half of it: two CTAs per SM (W4a16WgmmaTraits::kCtasPerSm).
 struct WgmmaShape {
+  int rows;    // weight rows: 64 per consumer warpgroup
   int tokens;  // token tile: wgmma N, 64..256
   int stages;
 };
 
-inline constexpr std::array<WgmmaShape, 4> kWgmmaShapes{{{64, 14}, {64, 7}, {128, 9}, {256, 5}}};
+inline constexpr std::array<WgmmaShape, 5> kWgmmaShapes{
+    {{128, 64, 14}, {128, 64, 7}, {128, 128, 9}, {192, 176, 7}, {128, 256, 5}}};
 
-// The tactic of a shape: 128 weight rows, 64 K a stage, 12 warps, no split-K.
+// The tactic of a shape: 64 K a stage, a producer warpgroup and one consumer warpgroup per 64
+// rows, no split-K.
 constexpr Tactic shape_tactic(const WgmmaShape& w, Epilogue ep) {
-  return Tactic{Family::kW4a16Wgmma, 128, w.tokens, 64, w.stages, 12, 1, ep, false};
+  return Tactic{Family::kW4a16Wgmma, w.rows, w.tokens, 64, w.stages, 4 * (1 + w.rows / 64), 1, ep, false};
 }
 
 }  // namespace fp4moe::kernels
