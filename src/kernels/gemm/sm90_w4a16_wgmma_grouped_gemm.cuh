@@ -14,14 +14,15 @@
 //   - one producer warp feeds a ring of kStages stages through the copy engine: the tokens by
 //     cp.async.bulk.tensor (one box of N contiguous rows; the layer stores them in fragment
 //     order, kernels/common/fragment_order.h), the raw FP4 weights by a 3-D tensor copy (chunk c
-//     of the row block's 8 consecutive (row tile, K group) blocks of the K-group-major prepack)
+//     of the row block's 8 (12) consecutive (row tile, K group) blocks of the K-group-major prepack)
 //     and their block scales by a plain bulk copy;
-//   - two consumer warpgroups, 64 weight rows each. A consumer thread loads its 16-byte word
-//     group of the stage, dequantizes it into the 4 A fragments of the stage's 4 k steps (the
-//     decode family's bit trick) and issues the 4 wgmma; they run asynchronously while the same
-//     warps dequantize the next stage into the other of two register buffers;
+//   - two consumer warpgroups (three in the 192-row tile), 64 weight rows each. A consumer
+//     thread loads its 16-byte word group of the stage, dequantizes it into the 4 A fragments
+//     of the stage's 4 k steps (the decode family's bit trick) and issues the 4 wgmma; they run
+//     asynchronously while the same warps dequantize the next stage into the other of two
+//     register buffers (one in the 192-row tile: kFragBufs);
 //   - persistent CTAs (one per SM, two for the 64-token tile where they fit: kCtasPerSm) take
-//     the units (expert, token tile, 128-row block) in order from a global ticket counter, so
+//     the units (expert, token tile, row block) in order from a global ticket counter, so
 //     units start in order however long each took (a static stride drifts apart: an expert's
 //     last, narrow tile finishes early). Consecutive units are the row blocks of one token
 //     tile: the CTAs reading the same tokens run together and find them in L2 (the token tile,
@@ -49,8 +50,9 @@
 //
 // Shared memory (dynamic, aligned up to 1024 B at run time; S = kStageBytes):
 //   [s*S,            + N*128)        B: N token rows x 128 B (bf16, swizzled by the copy engine)
-//   [.. ,            + 4096)         raw weights: 8 row tiles x 512 B (this stage's 64-K chunk)
-//   [.. ,            + 2048)         raw block scales: 8 row tiles x 256 B (the whole K group;
+//   [.. ,            + R*512)        raw weights: R row tiles (8 or 12) x 512 B (this stage's
+//                                    64-K chunk)
+//   [.. ,            + R*256)        raw block scales: R row tiles x 256 B (the whole K group;
 //                                    copied with its first chunk's stage only)
 //   [kStages*S, ...)                 full/empty barriers, unit per stage, unit prefix, scan sums
 #pragma once
@@ -233,9 +235,12 @@ struct W4a16WgmmaTraits {
           : 1;
   //
   // Three consumer warpgroups (192 rows, 512 threads: 128 registers at launch) put three
-  // consumer warps on each scheduler instead of two, which is what hides the chain when one
-  // CTA's two cannot; their registers bound the token tile: 88 accumulators (176 tokens), two
-  // stages of A fragments and the rest in 160 (producers 24: 24 x 128 + 160 x 384 <= 64 K).
+  // consumer warps on each scheduler instead of two, which hides more of the chain (glm5 FC2
+  // 5-7.5% faster at 56-128 tokens per expert, docs/PERFORMANCE.md). ptxas compiles them in the
+  // launch's 128 registers, whatever setmaxnreg grants: 88 accumulators (176 tokens) and one
+  // buffer of A fragments fit; a second buffer made ptxas serialize the wgmma (C7512), and a
+  // 24-register producer spilled. So this tile retires each stage's wgmma before dequantizing
+  // the next (kFragBufs = 1): the other two warpgroups' wgmma keep the tensor pipe busy meanwhile.
   static constexpr int kProducerRegs = kCtasPerSm == 2 ? 32 : kConsumers == 3 ? 32 : 40;
   static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 104 : kConsumers == 3 ? 152 : 232;
   static constexpr int kLaunchRegs = kCtasPerSm == 2 ? 80 : kConsumers == 3 ? 128 : 168;
@@ -246,7 +251,7 @@ struct W4a16WgmmaTraits {
 };
 
 // kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each (two CTAs at
-// 80 where kCtasPerSm says so); setmaxnreg then moves registers from the producer warpgroup
+// 80 where kCtasPerSm says so; 512 threads at 128 for the three-warpgroup tile); setmaxnreg then moves registers from the producer warpgroup
 // (40: one warp issues copies) to the two consumers (232: kTokens / 2 accumulators, up to 128,
 // two stages of A fragments, 32, and the dequantization's temporaries; 128 x 40 + 256 x 232
 // <= 64 K registers). FC2's finalize phase runs on the consumers alone, at their 232.
@@ -398,8 +403,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       const uint64_t db = sm90::wgmma_desc_k_sw128(st);
       Tr::Widths::issue(width, acc, frag[kBuf], db, ks == 0);
       sm90::wgmma_fence_operands(acc);
-      // The previous stage's wgmma are done: its register buffer may be rewritten and its slot
-      // refilled (this stage's stay in flight while the next stage is dequantized).
+      // The previous stage's wgmma are done (with one buffer: this stage's): its register
+      // buffer may be rewritten and its slot refilled (with two, this stage's stay in flight
+      // while the next stage is dequantized).
       sm90::wgmma_wait<kBufs - 1>();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[(kBuf + 1) % kBufs][kk]);
@@ -420,7 +426,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
     for (WgmmaUnitEntry entry = next_unit(); entry.unit.e >= 0; entry = next_unit()) {
       const w4a16::Unit cu = entry.unit;
       const int width = Tr::Widths::narrowest(cu.ntok);
-      // Two stages per trip: the register buffer of each is a compile-time index.
+      // kBufs stages per trip: the register buffer of each is a compile-time index.
       int ks = 0;
       if constexpr (kBufs == 2) {
         for (; ks + 1 < k_steps; ks += 2) {
@@ -437,6 +443,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       for (int b = 0; b < kBufs; ++b)
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[b][kk]);
+      // The last stage's slot (with one buffer every stage released its own already).
       if (kBufs == 2) sm90::mbarrier_arrive(&empty[slot == 0 ? kStages - 1 : slot - 1]);
 
       // ---- epilogue: acc[4j + i] = row 16 local_rt + g (+8 for i >= 2), token 8j + 2t + (i & 1)
