@@ -134,7 +134,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   int64_t cap_tokens_ = 0;
   DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, counts_,
       cursors_, act_, partials_, unit_counters_, rows_out_, x_perm_, grid_barrier_,
-      unit_tickets_;
+      unit_tickets_, routing_ready_;
   std::shared_ptr<const TuningCache> cache_;
   CacheIdentity identity_;
   std::vector<std::string> cache_warnings_;
@@ -314,6 +314,7 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
       {&rows_out_, size_t(P * H * 2), false},
       {&grid_barrier_, 8, true},
       {&unit_tickets_, 8, true},  // the prefill family's unit scheduler: FC1's, FC2's
+      {&routing_ready_, 8, true},  // the small-batch family: routing published, FC2 CTAs that looked
       // the prefill family reads FC1's tokens gathered into permuted order (fragment order)
       {&x_perm_, plan.fc1.family == Family::kW4a16Wgmma ? size_t(P * kernels::fragment_order_pitch(H) * 2) : size_t{0},
        false},
@@ -455,6 +456,7 @@ void GpuMoeLayerImpl::run_gemv(const uint16_t* hidden, const float* logits, int6
   f1.slots = slots_;
   f1.tokens = static_cast<int>(tokens);
   f1.routing = rp;
+  f1.routing_ready = routing_ready_.get<unsigned>();
   const kernels::W4a16SmemShape shape1 = smem_shape(tokens, cfg_.hidden);
   const int smem1 = k1.dynamic_smem_bytes(shape1);
   const int grid1 = std::min(grid_for(k1, smem1), k1.max_blocks(shape1, f1.rowtiles));
@@ -467,6 +469,7 @@ void GpuMoeLayerImpl::run_gemv(const uint16_t* hidden, const float* logits, int6
   f2.slots = slots_;
   f2.tokens = static_cast<int>(tokens);
   f2.routing = rp;
+  f2.routing_ready = routing_ready_.get<unsigned>();
   f2.out = out;
   const kernels::W4a16SmemShape shape2 = smem_shape(tokens, I);
   const int smem2 = k2.dynamic_smem_bytes(shape2);

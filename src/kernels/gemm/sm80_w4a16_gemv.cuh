@@ -95,7 +95,7 @@ struct W4a16GemvTraits {
     l.active = o, o += align16(4 * act);                 // active groups, ascending
     l.col_slot = o, o += align16(8 * act);               // [active][column] slot or -1 (int8)
     l.col_w = o, o += kSwiglu ? 0 : align16(32 * act);   // FC2: [active][column] weight (fp32)
-    l.count = o, o += 16;                                // the number of active groups
+    l.count = o, o += 16;                                // the number of active groups; FC2: routing published
     l.red = o, o += 2 * kWarps * kRowTiles * 512;        // partial tiles, two buffers
     l.x = o, o += staged_rows(s) * x_pitch(s.k);         // B
     l.total = o;
@@ -222,6 +222,43 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
     }
     if (routing_warps == kWarps) stage_b(0);
   } else {
+    if (p.routing_ready) {
+      // FC1's CTA 0 publishes the routing before its GEMM and this grid's CTAs become resident
+      // as FC1's call griddepcontrol.launch_dependents: request this CTA's weights (every
+      // chosen group at its row blocks, K groups whole) into L2 now, so that after the wait
+      // they come from L2 while FC1 still runs. Only a hint: a bounded wait, and a stale or
+      // missing flag costs nothing but the prefetch.
+      if (tid == 0) {
+        constexpr int kMaxPolls = 2048;
+        int polls = 0;
+        unsigned ready = 0;
+        for (;;) {
+          asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(ready) : "l"(p.routing_ready) : "memory");
+          if (ready != 0 || ++polls == kMaxPolls) break;
+          __nanosleep(32);
+        }
+        count[1] = static_cast<int>(ready);
+        if (atomicAdd(p.routing_ready + 1, 1u) == gridDim.x - 1) {  // the last CTA to look
+          p.routing_ready[1] = 0;
+          p.routing_ready[0] = 0;
+        }
+      }
+      __syncthreads();
+      if (count[1] != 0) {
+        const int pairs = T * K_top + (rp.shared_expert ? T : 0);
+        const int row_blocks = (p.rowtiles + kRT - 1) / kRT;
+        const int my_blocks = static_cast<int>(blockIdx.x) < row_blocks ? (row_blocks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+        const int64_t ewb = static_cast<int64_t>(p.rowtiles) * KG * 2048, esb = static_cast<int64_t>(p.rowtiles) * KG * 256;
+        for (int i = tid; i < pairs * my_blocks * KG; i += kThreads) {
+          const int pair = i % pairs, rest = i / pairs, bi = rest % my_blocks, kg = rest / my_blocks;
+          const int e = pair < T * K_top ? rp.topk_ids[pair] : E;
+          const int rt0 = (blockIdx.x + bi * gridDim.x) * kRT, rts = min(kRT, p.rowtiles - rt0);
+          const int64_t tile = static_cast<int64_t>(kg) * p.rowtiles + rt0;
+          w4a16::prefetch_l2(p.weights + e * ewb + tile * 2048, rts * 2048);
+          w4a16::prefetch_l2(p.scales + e * esb + tile * 256, rts * 256);
+        }
+      }
+    }
     w4a16::griddep_wait();  // FC1's routing and act are complete and visible
     for (int i = tid; i < T * K_top; i += kThreads) {
       const int tok = i / K_top, s2 = i - tok * K_top, id = rp.topk_ids[i];
@@ -241,6 +278,12 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
     if (tid == 0) atomicOr(&bitmap[E >> 5], 1u << (E & 31));
   }
   __syncthreads();  // the pairs and the bitmap are complete
+  // FC1's CTA 0 tells FC2 that the routing is out (FC2 prefetches its weights on it). Release:
+  // every thread's stores of the routing are ordered before the barrier above.
+  if (kSwiglu && p.routing_ready && blockIdx.x == 0 && tid == 0) {
+    __threadfence();
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p.routing_ready), "r"(1u) : "memory");
+  }
   // ---- 2. active groups in ascending order (FC2 sums them in this order: reproducible) -------
   if (warp == 0) {
     int n = 0;

@@ -80,6 +80,10 @@ struct W4a16GemmParams {
   // [token][slot] rows of act_stride); act_out is written in the same [token][slot] order.
   int tokens = 0;
   RoutingParams routing;
+  // [0]: FC1's CTA 0 has published the routing (1); [1]: FC2's CTAs that have looked (the last
+  // resets both to zero for the next launch). FC2 waits for [0] - never for long: FC1 sets it
+  // before its GEMM - to request its weights into L2 while FC1 runs. Optional (nullptr: none).
+  unsigned* routing_ready = nullptr;
 };
 
 }  // namespace fp4moe::kernels
