@@ -202,9 +202,10 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
 
   // ---- 1. the batch's routing: group and weight of every (token, slot) -----------------------
   // FC1 routes (one warp per token, the same bits in every CTA) and its CTA 0 publishes the
-  // routing; FC2 reads it once FC1 is complete. (FC2 routing for itself before the wait, so as
-  // to request its weights while FC1 ran, measured slower - glm5-tp8 T = 1 30.8 against 28.7 us,
-  // H200 - with instruction fetch already the kernels' largest stall in ncu.)
+  // routing; FC2 reads it once FC1 is complete, and prefetches its weights as soon as CTA 0
+  // raises routing_ready. (FC2 routing for itself before the wait instead measured slower -
+  // glm5-tp8 T = 1 30.8 against 28.7 us, H200 - with instruction fetch already the kernels'
+  // largest stall in ncu.)
   if constexpr (kSwiglu) {
     for (int tok = warp; tok < T; tok += kWarps) {
       int id;
