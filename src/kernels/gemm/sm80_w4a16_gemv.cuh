@@ -173,6 +173,13 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
   uint8_t* xs = smem + L.x;
   const int pitch = Tr::x_pitch(p.k);
   const int KG = p.kgroups;
+  const int row_blocks = (p.rowtiles + kRT - 1) / kRT;
+  const int64_t expert_wbytes = static_cast<int64_t>(p.rowtiles) * KG * 2048;
+  const int64_t expert_sbytes = static_cast<int64_t>(p.rowtiles) * KG * 256;
+  // This CTA's share of `blocks` blocks (block blockIdx.x + i * gridDim.x).
+  auto blocks_of_cta = [&](int blocks) {
+    return static_cast<int>(blockIdx.x) < blocks ? (blocks - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1 : 0;
+  };
 
   // B into shared memory by cp.async (zero past K), by threads [t0, kThreads): FC1 the batch's
   // hidden rows (a layer input: they land while the routing below runs), FC2 the act rows of
@@ -247,16 +254,14 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
       __syncthreads();
       if (count[1] != 0) {
         const int pairs = T * K_top + (rp.shared_expert ? T : 0);
-        const int row_blocks = (p.rowtiles + kRT - 1) / kRT;
-        const int my_blocks = static_cast<int>(blockIdx.x) < row_blocks ? (row_blocks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-        const int64_t ewb = static_cast<int64_t>(p.rowtiles) * KG * 2048, esb = static_cast<int64_t>(p.rowtiles) * KG * 256;
+        const int my_blocks = blocks_of_cta(row_blocks);  // FC2's blocks are its row blocks
         for (int i = tid; i < pairs * my_blocks * KG; i += kThreads) {
           const int pair = i % pairs, rest = i / pairs, bi = rest % my_blocks, kg = rest / my_blocks;
           const int e = pair < T * K_top ? rp.topk_ids[pair] : E;
           const int rt0 = (blockIdx.x + bi * gridDim.x) * kRT, rts = min(kRT, p.rowtiles - rt0);
           const int64_t tile = static_cast<int64_t>(kg) * p.rowtiles + rt0;
-          w4a16::prefetch_l2(p.weights + e * ewb + tile * 2048, rts * 2048);
-          w4a16::prefetch_l2(p.scales + e * esb + tile * 256, rts * 256);
+          w4a16::prefetch_l2(p.weights + e * expert_wbytes + tile * 2048, rts * 2048);
+          w4a16::prefetch_l2(p.scales + e * expert_sbytes + tile * 256, rts * 256);
         }
       }
     }
@@ -300,15 +305,12 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
   const int A = *count;
 
   // ---- 3. blocks: (active group, row block) for FC1, row blocks of the output for FC2 --------
-  const int row_blocks = (p.rowtiles + kRT - 1) / kRT;
   const int blocks = kSwiglu ? A * row_blocks : row_blocks;
-  const int my_blocks = static_cast<int>(blockIdx.x) < blocks ? (blocks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int my_blocks = blocks_of_cta(blocks);
   // A block's items (one K group each): FC1 the group's K groups; FC2 (group, K group) for every
   // active group, group-major. Warp w takes items [w * n / W, (w + 1) * n / W) of every block.
   const int items = kSwiglu ? KG : A * KG;
   const int my_begin = warp * items / kWarps, my_count = (warp + 1) * items / kWarps - my_begin;
-  const int64_t expert_wbytes = static_cast<int64_t>(p.rowtiles) * KG * 2048;
-  const int64_t expert_sbytes = static_cast<int64_t>(p.rowtiles) * KG * 256;
   // Lane-constant B offset: token row g, K = 64c + 16t + 8h -> byte 128c + 32t + 16h of a K group.
   const uint8_t* fc1_b = (kSwiglu && g < T) ? xs + g * pitch + t * 32 : nullptr;
   // A position in the warp's stream of items: block bi (of this CTA's), item i (of the warp's

@@ -181,7 +181,7 @@ struct W4a16WgmmaTraits {
   static constexpr int kScaleBytes = kRowTiles * 256;  // UE5M3 scales of one K group
   static constexpr int kStageBytes = kBBytes + kRawBytes + kScaleBytes;
   static constexpr int kAccum = kTokens / 2;           // fp32 accumulators per consumer thread
-  // The widths units run at (see wgmma_box_index's comment).
+  // The widths units run at (see WgmmaWidths and the comment above it).
   using Widths = std::conditional_t<
       kTokens == 64, WgmmaWidths<16, 24, 32, 40, 48, 56, 64>,
       std::conditional_t<
@@ -241,7 +241,7 @@ struct W4a16WgmmaTraits {
   // buffer of A fragments fit; a second buffer made ptxas serialize the wgmma (C7512), and a
   // 24-register producer spilled. So this tile retires each stage's wgmma before dequantizing
   // the next (kFragBufs = 1): the other two warpgroups' wgmma keep the tensor pipe busy meanwhile.
-  static constexpr int kProducerRegs = kCtasPerSm == 2 ? 32 : kConsumers == 3 ? 32 : 40;
+  static constexpr int kProducerRegs = kCtasPerSm == 2 || kConsumers == 3 ? 32 : 40;
   static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 104 : kConsumers == 3 ? 152 : 232;
   static constexpr int kLaunchRegs = kCtasPerSm == 2 ? 80 : kConsumers == 3 ? 128 : 168;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= kLaunchRegs * kThreads,
@@ -251,10 +251,11 @@ struct W4a16WgmmaTraits {
 };
 
 // kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each (two CTAs at
-// 80 where kCtasPerSm says so; 512 threads at 128 for the three-warpgroup tile); setmaxnreg then moves registers from the producer warpgroup
-// (40: one warp issues copies) to the two consumers (232: kTokens / 2 accumulators, up to 128,
-// two stages of A fragments, 32, and the dequantization's temporaries; 128 x 40 + 256 x 232
-// <= 64 K registers). FC2's finalize phase runs on the consumers alone, at their 232.
+// 80 where kCtasPerSm says so; 512 threads at 128 for the three-warpgroup tile); setmaxnreg
+// then moves registers from the producer warpgroup (40: one warp issues copies) to the two
+// consumers (232: kTokens / 2 accumulators, up to 128, two stages of A fragments, 32, and the
+// dequantization's temporaries; 128 x 40 + 256 x 232 <= 64 K registers; W4a16WgmmaTraits has
+// the other tiles' split). FC2's finalize phase runs on the consumers alone, at their count.
 template <unsigned long long kCode>
 __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
                                   W4a16WgmmaTraits<decode_tactic(kCode)>::kCtasPerSm)
