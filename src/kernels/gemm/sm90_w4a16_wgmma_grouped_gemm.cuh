@@ -16,7 +16,8 @@
 //     order, kernels/common/fragment_order.h), the raw FP4 weights by a 3-D tensor copy (chunk c
 //     of the row block's 8 (12) consecutive (row tile, K group) blocks of the K-group-major prepack)
 //     and their block scales by a plain bulk copy;
-//   - two consumer warpgroups (three in the 192-row tile), 64 weight rows each. A consumer
+//   - two consumer warpgroups (three in the 192-row tile, four in the 256-row one), 64 weight
+//     rows each. A consumer
 //     thread loads its 16-byte word group of the stage, dequantizes it into the 4 A fragments
 //     of the stage's 4 k steps (the decode family's bit trick) and issues the 4 wgmma; they run
 //     asynchronously while the same warps dequantize the next stage into the other of two
@@ -191,11 +192,13 @@ struct W4a16WgmmaTraits {
                                          256>>>>;
 
   static_assert(kT.family == Family::kW4a16Wgmma, "w4a16_wgmma kernel instantiated for another family");
-  static_assert(kRows == 128 || kRows == 192, "two or three consumer warpgroups of 64 rows");
+  static_assert(kRows == 128 || kRows == 192 || kRows == 256, "two to four consumer warpgroups of 64 rows");
   static_assert(kStageK == 64, "one 128-byte swizzled row of bf16 per stage");
   static_assert(kT.warps == 4 * (1 + kConsumers), "a producer warpgroup and a consumer warpgroup per 64 rows");
-  static_assert(kRows == 128 ? (kTokens == 64 || kTokens == 128 || kTokens == 256) : kTokens == 176,
-                "wgmma N of 64, 128 or 256 with two consumer warpgroups, 176 with three (registers)");
+  static_assert(kRows == 128   ? (kTokens == 64 || kTokens == 128 || kTokens == 256)
+                : kRows == 192 ? kTokens == 176
+                               : kTokens == 64,
+                "wgmma N of 64, 128 or 256 with two consumer warpgroups, 176 with three, 64 with four (registers)");
   static_assert(kT.split_k == 1, "persistent tiles: no split-K");
   static_assert(kT.epilogue == Epilogue::kSwiglu || kT.epilogue == Epilogue::kFinalize,
                 "the prefill family serves FC1 (swiglu) and FC2 (finalize) only");
@@ -229,10 +232,11 @@ struct W4a16WgmmaTraits {
   // (80)", even with one fragment buffer.) setmaxnreg keeps the one-CTA split (168 at launch,
   // producers 40, consumers 232) and moves 32 / 104 here ((80 - 32) x 128 = (104 - 80) x 256).
   static constexpr int kSm90SmemPerSm = 233472, kSmemReservedPerCta = 1024;  // as hw/gpu_table.cc
-  static constexpr int kCtasPerSm =
-      kTokens == 64 && 2 * (dynamic_smem_bytes(kMaxRoutedExperts + 1) + kSmemReservedPerCta) <= kSm90SmemPerSm
-          ? 2
-          : 1;
+  static constexpr int kCtasPerSm = kConsumers == 2 && kTokens == 64 &&
+                                            2 * (dynamic_smem_bytes(kMaxRoutedExperts + 1) + kSmemReservedPerCta) <=
+                                                kSm90SmemPerSm
+                                        ? 2
+                                        : 1;
   //
   // Three consumer warpgroups (192 rows, 512 threads: 128 registers at launch) put three
   // consumer warps on each scheduler instead of two, which hides more of the chain (glm5 FC2
@@ -241,9 +245,17 @@ struct W4a16WgmmaTraits {
   // buffer of A fragments fit; a second buffer made ptxas serialize the wgmma (C7512), and a
   // 24-register producer spilled. So this tile retires each stage's wgmma before dequantizing
   // the next (kFragBufs = 1): the other two warpgroups' wgmma keep the tensor pipe busy meanwhile.
-  static constexpr int kProducerRegs = kCtasPerSm == 2 || kConsumers == 3 ? 32 : 40;
-  static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 104 : kConsumers == 3 ? 152 : 232;
-  static constexpr int kLaunchRegs = kCtasPerSm == 2 ? 80 : kConsumers == 3 ? 128 : 168;
+  //
+  // Four consumer warpgroups (256 rows, 640 threads: 96 registers at launch) are the two-CTA
+  // 64-token tile's four warpgroups per SM sharing one token tile: half the token bytes per MMA
+  // (a stage reads 8 KB of tokens for 256 rows instead of 128), one producer per SM instead of
+  // two, and ptxas compiles the consumers (32 accumulators, two buffers of A fragments) in 96
+  // registers without serializing their wgmma, which it does in the two-CTA tile's 80. glm5 T =
+  // 512-1536: 7-12% faster than the two-CTA tile (FC1 9-11%, FC2 6-8%); one fragment buffer
+  // instead of two was 8% slower (docs/PERFORMANCE.md).
+  static constexpr int kProducerRegs = kCtasPerSm == 2 || kConsumers >= 3 ? 32 : 40;
+  static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 104 : kConsumers == 4 ? 112 : kConsumers == 3 ? 152 : 232;
+  static constexpr int kLaunchRegs = kCtasPerSm == 2 ? 80 : kConsumers == 4 ? 96 : kConsumers == 3 ? 128 : 168;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= kLaunchRegs * kThreads,
                 "setmaxnreg moves registers within the CTA's launch allocation");
   static_assert(kLaunchRegs * kThreads * kCtasPerSm <= 65536, "the CTAs' registers fit an SM");
@@ -251,9 +263,10 @@ struct W4a16WgmmaTraits {
 };
 
 // kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each (two CTAs at
-// 80 where kCtasPerSm says so; 512 threads at 128 for the three-warpgroup tile); setmaxnreg
-// then moves registers from the producer warpgroup (40: one warp issues copies) to the two
-// consumers (232: kTokens / 2 accumulators, up to 128, two stages of A fragments, 32, and the
+// 80 where kCtasPerSm says so; 512 threads at 128 for the three-warpgroup tile, 640 at 96 for
+// the four-warpgroup one); setmaxnreg
+// (640 threads at 96 for the four-warpgroup tile) then moves registers from the producer
+// warpgroup (40: one warp issues copies) to the two consumers (232: kTokens / 2 accumulators, up to 128, two stages of A fragments, 32, and the
 // dequantization's temporaries; 128 x 40 + 256 x 232 <= 64 K registers; W4a16WgmmaTraits has
 // the other tiles' split). FC2's finalize phase runs on the consumers alone, at their count.
 template <unsigned long long kCode>
@@ -489,7 +502,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
 
     if constexpr (kT.epilogue == Epilogue::kFinalize) {
       // ---- finalize, phase 2: every CTA's rows are out; out[token] = sum of its slots' rows ----
-      // The two consumer warpgroups only (a named barrier: the producer warps have left).
+      // The consumer warpgroups only (a named barrier: the producer warps have left).
       constexpr int kConsumerThreads = Tr::kConsumers * 128;
       ptx::named_barrier_sync(1, kConsumerThreads);  // this CTA's rows, before they are released
       if (tid == 128) w4a16::grid_barrier(p.grid_barrier, gridDim.x);
