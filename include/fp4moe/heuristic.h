@@ -50,6 +50,17 @@ inline constexpr double kPrefillN256MinTokens = 96;
 inline constexpr double kPrefillWideRowsMaxTokens = 152;
 inline constexpr double kPrefillWideRowsMaxPadding = 0.05;
 
+// Four consumer warpgroups: below kPrefillN128MinTokens the 256-row, 64-token tile
+// (m256n64:s10:w20, one CTA per SM sharing each token tile among 256 rows) replaces the two-CTA
+// 128-row one where its rows pad by at most kPrefillWideRowsMaxPadding more (glm5 and glm5-tp8:
+// none), except for FC2 of narrow experts (glm5-tp8, K = 256: units of 4 stages, whose
+// boundaries the two independent CTAs hide better). Measured on the H200, both GEMMs forced, two
+// rounds in one process, against the two-CTA tile (docs/HEURISTIC.md): glm5 -10% at 16 tokens
+// per expert (T = 512), -9.5% at 24, -7% to -12% at 32, FC1 -9% to -11% and FC2 -6% to -8%
+// throughout; glm5-tp8 FC1 -2% at 24, -3% at 32, -11% at 48, FC2 +2%; the decode family stays
+// ahead below 16 (glm5 T = 384 and 448: 1917-2148 us against 2160-2184), the 192 x 176 tile from
+// 56 (glm5 T = 1792: FC1 level, the layer 3406-3484 us against 3628-3681).
+
 // Decode token tile, from mean = T * k / E: 8 up to kDecodeN8MaxMean, 16 up to kDecodeN16MaxMean,
 // else 64. Measured: the tuner's fastest tile on the H200 (glm5) was 8 at a mean of 4 and 16 at
 // 8, 16 and 32; among the decode tiles 64 was fastest at 64 and 128 (where sm_90a runs the

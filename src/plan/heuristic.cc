@@ -24,16 +24,21 @@ Tactic decode_tactic(int tokens, double mean, bool narrow, Epilogue ep) {
   return Tactic{Family::kW4a16Mma, 128, tokens, 256, stages, warps, 1, ep, false};
 }
 
-// The prefill family's tactic for a mean of `mean` tokens per expert: 64-token tiles with 7
-// stages (two CTAs per SM: four consumer warpgroups hide each other's per-stage chains, which
-// bound the short wgmma of few tokens per expert), 128 (9 stages) or 256 (5 stages), about
-// 195-205 KB of shared memory per SM each; in between, where its rows fit the GEMM's, the
-// 192 x 176 tile (three consumer warpgroups, 7 stages, 220 KB).
+// The prefill family's tactic for a mean of `mean` tokens per expert: 64-token tiles (four
+// consumer warpgroups per SM hide each other's per-stage chains, which bound the short wgmma of
+// few tokens per expert: one CTA of 256 rows sharing its token tile, 10 stages, or two CTAs of
+// 128 rows, 7 stages each), 128 (9 stages) or 256 (5 stages), about 195-207 KB of shared memory
+// per SM each; in between, where its rows fit the GEMM's, the 192 x 176 tile (three consumer
+// warpgroups, 7 stages, 220 KB).
 Tactic prefill_tactic(const MoeConfig& cfg, double mean, Epilogue ep) {
   const int64_t rows = ep == Epilogue::kSwiglu ? 2 * cfg.intermediate : cfg.hidden;
   const auto padded = [&](int64_t block) { return static_cast<double>((rows + block - 1) / block * block); };
-  if (mean >= kPrefillN128MinTokens && mean < kPrefillWideRowsMaxTokens &&
-      padded(192) <= padded(128) * (1.0 + kPrefillWideRowsMaxPadding))
+  const auto rows_fit = [&](int64_t block) {
+    return padded(block) <= padded(128) * (1.0 + kPrefillWideRowsMaxPadding);
+  };
+  if (mean < kPrefillN128MinTokens && rows_fit(256) && !(ep == Epilogue::kFinalize && narrow_experts(cfg)))
+    return Tactic{Family::kW4a16Wgmma, 256, 64, 64, 10, 20, 1, ep, false};
+  if (mean >= kPrefillN128MinTokens && mean < kPrefillWideRowsMaxTokens && rows_fit(192))
     return Tactic{Family::kW4a16Wgmma, 192, 176, 64, 7, 16, 1, ep, false};
   const int tokens = mean < kPrefillN128MinTokens ? 64 : mean < kPrefillN256MinTokens ? 128 : 256;
   const int stages = tokens == 64 ? 7 : tokens == 128 ? 9 : 5;
