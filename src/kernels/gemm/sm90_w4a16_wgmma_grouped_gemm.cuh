@@ -197,8 +197,9 @@ struct W4a16WgmmaTraits {
   static_assert(kT.warps == 4 * (1 + kConsumers), "a producer warpgroup and a consumer warpgroup per 64 rows");
   static_assert(kRows == 128   ? (kTokens == 64 || kTokens == 128 || kTokens == 256)
                 : kRows == 192 ? kTokens == 176
-                               : kTokens == 64,
-                "wgmma N of 64, 128 or 256 with two consumer warpgroups, 176 with three, 64 with four (registers)");
+                               : (kTokens == 64 || kTokens == 128),
+                "wgmma N of 64, 128 or 256 with two consumer warpgroups, 176 with three, 64 or 128 with four "
+                "(registers)");
   static_assert(kT.split_k == 1, "persistent tiles: no split-K");
   static_assert(kT.epilogue == Epilogue::kSwiglu || kT.epilogue == Epilogue::kFinalize,
                 "the prefill family serves FC1 (swiglu) and FC2 (finalize) only");
@@ -252,14 +253,16 @@ struct W4a16WgmmaTraits {
   // two, and ptxas compiles the consumers (32 accumulators, two buffers of A fragments) in 96
   // registers without serializing their wgmma, which it does in the two-CTA tile's 80. glm5 T =
   // 512-1536: 7-12% faster than the two-CTA tile (FC1 9-11%, FC2 6-8%); one fragment buffer
-  // instead of two was 8% slower (docs/PERFORMANCE.md).
+  // instead of two was 8% slower (docs/PERFORMANCE.md). With 128 tokens (64 accumulators) the
+  // 96 registers hold one fragment buffer (two: C7512): 256 x 128 reads 25 KB a stage for the
+  // MMAs of the 128 x 256 tile's 37 KB, with four consumer warpgroups instead of two.
   static constexpr int kProducerRegs = kCtasPerSm == 2 || kConsumers >= 3 ? 32 : 40;
   static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 104 : kConsumers == 4 ? 112 : kConsumers == 3 ? 152 : 232;
   static constexpr int kLaunchRegs = kCtasPerSm == 2 ? 80 : kConsumers == 4 ? 96 : kConsumers == 3 ? 128 : 168;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= kLaunchRegs * kThreads,
                 "setmaxnreg moves registers within the CTA's launch allocation");
   static_assert(kLaunchRegs * kThreads * kCtasPerSm <= 65536, "the CTAs' registers fit an SM");
-  static constexpr int kFragBufs = kConsumers == 3 ? 1 : 2;
+  static constexpr int kFragBufs = kConsumers == 3 || (kConsumers == 4 && kTokens > 64) ? 1 : 2;
 };
 
 // kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each (two CTAs at
