@@ -26,9 +26,9 @@ if has sanitize; then
   small='GpuLayer.RepeatedRunsAreBitwiseIdentical:Dequant.*:Prepack*16x256*:Modes/GpuRouting.*T64*'
   # And the layer from the CLI on a small shape: T = 2 (the small-batch family: I = 256 is narrow),
   # T = 5 (decode family), T = 100 and 300 (25 and 75 tokens per expert: the prefill family's
-  # 256-row 64-token tile in FC1 and its two-CTA 128-row one in FC2, then its 128-token tile on
-  # sm_90a), each against the float64 reference; then experts of I = 1024 (not narrow) at T = 100,
-  # the 256-row tile in both GEMMs.
+  # 256-row 64-token tile in FC1 and its two-CTA 128-row one in FC2, then its 256-row 128-token
+  # tile in both on sm_90a), each against the float64 reference; then experts of I = 1024 (not
+  # narrow) at T = 100 and 300: the 256-row 64- and 128-token tiles in both GEMMs.
   for t in 2 5 100 300; do
     timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/fp4moe" run --hidden 512 --intermediate 256 \
       --shared-intermediate 256 --experts 8 --top-k 2 --device gpu --compare-reference -t $t > "$out/memcheck_run_$t.log" 2>&1
@@ -37,10 +37,12 @@ if has sanitize; then
       --intermediate 256 --shared-intermediate 256 --experts 8 --top-k 2 --device gpu -t $t > "$out/racecheck_run_$t.log" 2>&1
     echo "racecheck fp4moe run T=$t exit $?"; grep -E "RACECHECK SUMMARY" "$out/racecheck_run_$t.log"
   done
-  for tool in memcheck racecheck; do
-    timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/fp4moe" run --hidden 512 --intermediate 1024 \
-      --shared-intermediate 1024 --experts 8 --top-k 2 --device gpu --compare-reference -t 100 > "$out/${tool}_run_wide_100.log" 2>&1
-    echo "$tool fp4moe run (I = 1024) T=100 exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative|tactic" "$out/${tool}_run_wide_100.log"
+  for t in 100 300; do
+    for tool in memcheck racecheck; do
+      timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/fp4moe" run --hidden 512 --intermediate 1024 \
+        --shared-intermediate 1024 --experts 8 --top-k 2 --device gpu --compare-reference -t $t > "$out/${tool}_run_wide_$t.log" 2>&1
+      echo "$tool fp4moe run (I = 1024) T=$t exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative|tactic" "$out/${tool}_run_wide_$t.log"
+    done
   done
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/fp4moe_gpu_tests" --gtest_filter="$small" \
     > "$out/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -3 "$out/memcheck.log"
@@ -84,7 +86,7 @@ if has families; then
       --json "$out/fam_dispatched_$round.json" > /dev/null 2>&1
     for t in w4a16_mma:m128n8k256:s3:w4:sk1 w4a16_mma:m256n8k256:s2:w8:sk1 w4a16_mma:m128n16k256:s2:w4:sk1 \
              w4a16_mma:m256n16k256:s2:w8:sk1 w4a16_mma:m128n32k256:s3:w4:sk1 \
-             w4a16_mma:m128n64k256:s3:w8:sk1 w4a16_wgmma:m128n64k64:s14:w12:sk1 w4a16_wgmma:m128n64k64:s7:w12:sk1 w4a16_wgmma:m256n64k64:s10:w20:sk1 \
+             w4a16_mma:m128n64k256:s3:w8:sk1 w4a16_wgmma:m128n64k64:s14:w12:sk1 w4a16_wgmma:m128n64k64:s7:w12:sk1 w4a16_wgmma:m256n64k64:s10:w20:sk1 w4a16_wgmma:m256n128k64:s8:w20:sk1 \
              w4a16_wgmma:m128n128k64:s9:w12:sk1 w4a16_wgmma:m192n176k64:s7:w16:sk1 w4a16_wgmma:m128n256k64:s5:w12:sk1; do
       timeout 200 "$bin/fp4moe" bench --preset glm5 --tokens $ts --no-cache --no-baseline --fc1 "$t:swiglu" \
         --fc2 "$t:finalize" --json "$out/fam_$(echo "$t" | tr ':' '_')_$round.json" > /dev/null 2>&1

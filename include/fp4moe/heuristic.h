@@ -37,16 +37,17 @@ inline constexpr double kPrefillMinTokensNarrow = 24;
 inline constexpr double kPrefillN128MinTokens = 56;
 inline constexpr double kPrefillN256MinTokens = 96;
 
-// Three consumer warpgroups: from kPrefillN128MinTokens up to kPrefillWideRowsMaxTokens (not
-// included) the 192-row, 176-token tile (m192n176:s7:w16) replaces the 128- and 256-token ones
-// for a GEMM whose rows it pads by at most kPrefillWideRowsMaxPadding more than the 128-row
-// tiles do (glm5: FC1's 4096 rows 3%, FC2's 6144 none; glm5-tp8's FC1, 512 rows, 12.5%: not
-// there). Measured on the H200 (plain launches per GEMM, two rounds, against the dispatched
-// tile): glm5 FC2 -5% at means of 56, 64 and 80, -7.5% at 96, -6% at 128, -3% at 144, level at
-// 160; glm5 FC1 level at 56-80, -4% at 96, -2.5% at 128, +1% at 144, +5% at 160 (experts past
-// 176 tokens take a second, narrow unit); glm5-tp8 FC2 -15% at 56-96, -9% at 128, -6.5% at 144,
-// but 13% slower than the two-CTA 64-token tile at 48; glm5-tp8 FC1 (12.5% padding) 4-12%
-// slower everywhere.
+// Three consumer warpgroups: up to kPrefillWideRowsMaxTokens (not included) the 192-row,
+// 176-token tile (m192n176:s7:w16) replaces the 128- and 256-token ones for a GEMM whose rows it
+// pads by at most kPrefillWideRowsMaxPadding more than the 128-row tiles do (glm5: FC1's 4096
+// rows 3%, FC2's 6144 none; glm5-tp8's FC1, 512 rows, 12.5%: not there), from
+// kPrefillFourWarpgroupsN128MaxTokens since the 256 x 128 tile below (measured from
+// kPrefillN128MinTokens before it). Measured on the H200 (plain launches per GEMM, two rounds,
+// against the dispatched tile): glm5 FC2 -5% at means of 56, 64 and 80, -7.5% at 96, -6% at
+// 128, -3% at 144, level at 160; glm5 FC1 level at 56-80, -4% at 96, -2.5% at 128, +1% at 144,
+// +5% at 160 (experts past 176 tokens take a second, narrow unit); glm5-tp8 FC2 -15% at 56-96,
+// -9% at 128, -6.5% at 144, but 13% slower than the two-CTA 64-token tile at 48; glm5-tp8 FC1
+// (12.5% padding) 4-12% slower everywhere.
 inline constexpr double kPrefillWideRowsMaxTokens = 152;
 inline constexpr double kPrefillWideRowsMaxPadding = 0.05;
 
@@ -58,8 +59,19 @@ inline constexpr double kPrefillWideRowsMaxPadding = 0.05;
 // rounds in one process, against the two-CTA tile (docs/HEURISTIC.md): glm5 -10% at 16 tokens
 // per expert (T = 512), -9.5% at 24, -7% to -12% at 32, FC1 -9% to -11% and FC2 -6% to -8%
 // throughout; glm5-tp8 FC1 -2% at 24, -3% at 32, -11% at 48, FC2 +2%; the decode family stays
-// ahead below 16 (glm5 T = 384 and 448: 1917-2148 us against 2160-2184), the 192 x 176 tile from
-// 56 (glm5 T = 1792: FC1 level, the layer 3406-3484 us against 3628-3681).
+// ahead below 16 (glm5 T = 384 and 448: 1917-2148 us against 2160-2184), and from 56 the
+// 256 x 128 tile below.
+//
+// From kPrefillN128MinTokens up to kPrefillFourWarpgroupsN128MaxTokens (not included) the
+// 256-row, 128-token tile (m256n128:s8:w20: four consumer warpgroups, one fragment buffer)
+// where its rows fit as above, and for FC2 of narrow experts at every mean from
+// kPrefillN128MinTokens. Per GEMM in plain launches against the dispatched tiles, two rounds
+// (H200): glm5 FC1 -10% at 56, -9% at 64, -5% at 96, -1% at 104, +3% at 112 and +9.5% at 128
+// (an expert past 128 tokens takes a second, nearly empty unit that costs a whole
+// dequantization), FC2 -8%, -8%, -5%, level, +3%, +8%; glm5-tp8 FC1 (512 rows) -4% at 64, +5% at
+// 128; glm5-tp8 FC2 (K = 256) -9% at 64, -7.5% at 96, -4.5% at 128, -4 to -13% at 192, -16% at
+// 256, -14% at 512.
+inline constexpr double kPrefillFourWarpgroupsN128MaxTokens = 104;
 
 // Decode token tile, from mean = T * k / E: 8 up to kDecodeN8MaxMean, 16 up to kDecodeN16MaxMean,
 // else 64. Measured: the tuner's fastest tile on the H200 (glm5) was 8 at a mean of 4 and 16 at
