@@ -63,7 +63,7 @@ inline constexpr double kPrefillWideRowsMaxPadding = 0.05;
 // 256 x 128 tile below.
 //
 // From kPrefillN128MinTokens up to kPrefillFourWarpgroupsN128MaxTokens (not included) the
-// 256-row, 128-token tile (m256n128:s8:w20: four consumer warpgroups, one fragment buffer)
+// 256-row, 128-token tile (m256n128:s7:w20: four consumer warpgroups, one fragment buffer)
 // where its rows fit as above, and for FC2 of narrow experts at every mean from
 // kPrefillN128MinTokens. Per GEMM in plain launches against the dispatched tiles, two rounds
 // (H200): glm5 FC1 -10% at 56, -9% at 64, -5% at 96, -1% at 104, +3% at 112 and +9.5% at 128

@@ -69,22 +69,22 @@ TEST(Heuristic, PlansOnTheH200) {
   // Means 56..103: the four-warpgroup 256 x 128 tile where its rows fit; 104..151 the
   // three-warpgroup 192 x 176 tile where its rows fit (glm5 FC1: 4096 rows, 3% padding; FC2:
   // 6144, none), not for glm5-tp8's 512-row FC1 (12.5%).
-  EXPECT_EQ(fc1(glm5, 1792, "h200"), "w4a16_wgmma:m256n128k64:s8:w20:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 1792, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1792, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m256n128k64:s8:w20:sk1:finalize");
-  EXPECT_EQ(fc1(glm5, 3327, "h200"), "w4a16_wgmma:m256n128k64:s8:w20:sk1:swiglu");
+            "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 3327, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 3328, "h200"), "w4a16_wgmma:m192n176k64:s7:w16:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 3328, resolve_gpu("h200")).fc2),
             "w4a16_wgmma:m192n176k64:s7:w16:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 4863, "h200"), "w4a16_wgmma:m192n176k64:s7:w16:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 4864, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
-  EXPECT_EQ(fc1(tp8, 2048, "h200"), "w4a16_wgmma:m256n128k64:s8:w20:sk1:swiglu");
+  EXPECT_EQ(fc1(tp8, 2048, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 3328, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
   // Narrow experts' FC2 (K = 256) takes the 256 x 128 tile at every mean from 56.
   EXPECT_EQ(format_tactic(heuristic_plan(tp8, 2048, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m256n128k64:s8:w20:sk1:finalize");
+            "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
   EXPECT_EQ(format_tactic(heuristic_plan(tp8, 16384, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m256n128k64:s8:w20:sk1:finalize");
+            "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 65536, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
 }
 
