@@ -16,12 +16,11 @@
 //     order, kernels/common/fragment_order.h), the raw FP4 weights by a 3-D tensor copy (chunk c
 //     of the row block's 8 (12) consecutive (row tile, K group) blocks of the K-group-major prepack)
 //     and their block scales by a plain bulk copy;
-//   - two consumer warpgroups (three in the 192-row tile, four in the 256-row one), 64 weight
-//     rows each. A consumer
-//     thread loads its 16-byte word group of the stage, dequantizes it into the 4 A fragments
-//     of the stage's 4 k steps (the decode family's bit trick) and issues the 4 wgmma; they run
-//     asynchronously while the same warps dequantize the next stage into the other of two
-//     register buffers (one in the 192-row tile: kFragBufs);
+//   - two consumer warpgroups (three in the 192-row tile, four in the 256-row ones), 64 weight
+//     rows each. A consumer thread loads its 16-byte word group of the stage, dequantizes it
+//     into the 4 A fragments of the stage's 4 k steps (the decode family's bit trick) and issues
+//     the 4 wgmma; they run asynchronously while the same warps dequantize the next stage into
+//     the other of two register buffers (one in the 192 x 176 and 256 x 128 tiles: kFragBufs);
 //   - persistent CTAs (one per SM, two for the 64-token tile where they fit: kCtasPerSm) take
 //     the units (expert, token tile, row block) in order from a global ticket counter, so
 //     units start in order however long each took (a static stride drifts apart: an expert's
@@ -267,11 +266,11 @@ struct W4a16WgmmaTraits {
 
 // kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each (two CTAs at
 // 80 where kCtasPerSm says so; 512 threads at 128 for the three-warpgroup tile, 640 at 96 for
-// the four-warpgroup one); setmaxnreg
-// (640 threads at 96 for the four-warpgroup tile) then moves registers from the producer
-// warpgroup (40: one warp issues copies) to the two consumers (232: kTokens / 2 accumulators, up to 128, two stages of A fragments, 32, and the
-// dequantization's temporaries; 128 x 40 + 256 x 232 <= 64 K registers; W4a16WgmmaTraits has
-// the other tiles' split). FC2's finalize phase runs on the consumers alone, at their count.
+// the four-warpgroup ones); setmaxnreg then moves registers from the producer warpgroup (40:
+// one warp issues copies) to the two consumers (232: kTokens / 2 accumulators, up to 128, two
+// stages of A fragments, 32, and the dequantization's temporaries; 128 x 40 + 256 x 232 <= 64 K
+// registers; W4a16WgmmaTraits has the other tiles' split). FC2's finalize phase runs on the
+// consumers alone, at their count.
 template <unsigned long long kCode>
 __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
                                   W4a16WgmmaTraits<decode_tactic(kCode)>::kCtasPerSm)
