@@ -29,20 +29,18 @@ if has sanitize; then
   # 256-row 64-token tile in FC1 and its two-CTA 128-row one in FC2, then its 256-row 128-token
   # tile in both on sm_90a), each against the float64 reference; then experts of I = 1024 (not
   # narrow) at T = 100 and 300: the 256-row 64- and 128-token tiles in both GEMMs.
+  sanitize_run() {  # TOOL I T LOG: the CLI layer (8 experts, top-2, H 512, I) under one tool
+    local extra=(); [ "$1" = racecheck ] && extra=(--racecheck-report hazard)
+    timeout 120 compute-sanitizer --tool "$1" "${extra[@]}" --error-exitcode 9 "$bin/fp4moe" run --hidden 512 \
+      --intermediate "$2" --shared-intermediate "$2" --experts 8 --top-k 2 --device gpu --compare-reference -t "$3" \
+      > "$out/$4" 2>&1
+    echo "$1 fp4moe run (I = $2) T=$3 exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative|tactic" "$out/$4"
+  }
   for t in 2 5 100 300; do
-    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/fp4moe" run --hidden 512 --intermediate 256 \
-      --shared-intermediate 256 --experts 8 --top-k 2 --device gpu --compare-reference -t $t > "$out/memcheck_run_$t.log" 2>&1
-    echo "memcheck fp4moe run T=$t exit $?"; grep -E "ERROR SUMMARY|relative" "$out/memcheck_run_$t.log"
-    timeout 120 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 "$bin/fp4moe" run --hidden 512 \
-      --intermediate 256 --shared-intermediate 256 --experts 8 --top-k 2 --device gpu -t $t > "$out/racecheck_run_$t.log" 2>&1
-    echo "racecheck fp4moe run T=$t exit $?"; grep -E "RACECHECK SUMMARY" "$out/racecheck_run_$t.log"
+    for tool in memcheck racecheck; do sanitize_run $tool 256 $t "${tool}_run_$t.log"; done
   done
   for t in 100 300; do
-    for tool in memcheck racecheck; do
-      timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$bin/fp4moe" run --hidden 512 --intermediate 1024 \
-        --shared-intermediate 1024 --experts 8 --top-k 2 --device gpu --compare-reference -t $t > "$out/${tool}_run_wide_$t.log" 2>&1
-      echo "$tool fp4moe run (I = 1024) T=$t exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative|tactic" "$out/${tool}_run_wide_$t.log"
-    done
+    for tool in memcheck racecheck; do sanitize_run $tool 1024 $t "${tool}_run_wide_$t.log"; done
   done
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/fp4moe_gpu_tests" --gtest_filter="$small" \
     > "$out/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -3 "$out/memcheck.log"

@@ -257,7 +257,9 @@ struct W4a16WgmmaTraits {
   // MMAs of the 128 x 256 tile's 37 KB, with four consumer warpgroups instead of two.
   static constexpr int kProducerRegs = kCtasPerSm == 2 || kConsumers >= 3 ? 32 : 40;
   static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 104 : kConsumers == 4 ? 112 : kConsumers == 3 ? 152 : 232;
-  static constexpr int kLaunchRegs = kCtasPerSm == 2 ? 80 : kConsumers == 4 ? 96 : kConsumers == 3 ? 128 : 168;
+  // What __launch_bounds__ leaves a thread: the SM's 64 K registers over the CTAs' threads, in
+  // the allocation's steps of 8 (168, 128, 96 for one CTA of 384, 512, 640 threads; 80 for two).
+  static constexpr int kLaunchRegs = 65536 / (kThreads * kCtasPerSm) / 8 * 8;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= kLaunchRegs * kThreads,
                 "setmaxnreg moves registers within the CTA's launch allocation");
   static_assert(kLaunchRegs * kThreads * kCtasPerSm <= 65536, "the CTAs' registers fit an SM");
