@@ -17,13 +17,15 @@
 // A-fragment step (reg0 = V0|V1, reg1 = V2|V3, reg2 = V4|V5, reg3 = V6|V7; low half = first).
 // Bit positions of each value's (m, e0, e1, s) in the word:
 //   V0  6  7  8 15 | V1 22 23 24 31      reg0 = w & M                      (M = 0x81C081C0)
-//   V2  3  4  5 12 | V3 19 20 21 28      reg1 = (w << 3) & M
-//   V4  0  1  2  9 | V5 16 17 18 25      reg2 = (w << 6) & M
-//   V6 10 11 13 14 | V7 26 27 29 30      reg3 = (w >> 4 & 0x00C000C0) | (w >> 5 & 0x01000100)
-//                                                | (w << 1 & 0x80008000)
-// Every bit of the word is used once. No four shifts of the pattern M tile 32 bits (a search
-// over all rotations says so), hence the three-piece reg3: 8 LOP3/SHF + 3 IMAD.SHL per 8
-// values instead of 16 for the plain nibble order.
+//   V2  2  3  4 11 | V3 18 19 20 27      reg1 = (w << 4) & M
+//   V4 28 29 30  5 | V5 12 13 14 21      reg2 = rotl(w, 10) & M
+//   V6  0  1 10  9 | V7 16 17 26 25      reg3 = (w << 6 & 0x80C080C0) | (w >> 2 & 0x01000100)
+// Every bit of the word is used once. No four shifts or rotations of the pattern M tile 32
+// bits (a search over all of them, and over byte permutes, says so), so one register takes two
+// pieces; with reg0 unshifted, three layouts do it in two, this is one of them: 9 LOP3 / SHF /
+// IMAD.SHL per 8 values (ptxas, sm_90a) against 11 for a layout of shifts only (three pieces)
+// and 16 for the plain nibble order. In the decode family a word feeds one MMA (8-token tiles), so
+// these instructions are most of what the SM issues per MMA.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -42,14 +44,28 @@ __host__ __device__ constexpr Fp4BitSlot fp4_word_slot(int v) {
   switch (v) {
     case 0: return {6, 7, 8, 15};
     case 1: return {22, 23, 24, 31};
-    case 2: return {3, 4, 5, 12};
-    case 3: return {19, 20, 21, 28};
-    case 4: return {0, 1, 2, 9};
-    case 5: return {16, 17, 18, 25};
-    case 6: return {10, 11, 13, 14};
-    default: return {26, 27, 29, 30};
+    case 2: return {2, 3, 4, 11};
+    case 3: return {18, 19, 20, 27};
+    case 4: return {28, 29, 30, 5};
+    case 5: return {12, 13, 14, 21};
+    case 6: return {0, 1, 10, 9};
+    default: return {16, 17, 26, 25};
   }
 }
+
+// The slots tile the word: each bit belongs to exactly one value.
+constexpr bool fp4_word_slots_tile() {
+  uint32_t seen = 0;
+  for (int v = 0; v < 8; ++v) {
+    const Fp4BitSlot p = fp4_word_slot(v);
+    for (int bit : {p.m, p.e0, p.e1, p.s}) {
+      if (seen >> bit & 1u) return false;
+      seen |= 1u << bit;
+    }
+  }
+  return seen == 0xFFFFFFFFu;
+}
+static_assert(fp4_word_slots_tile());
 
 // Host and device: place E2M1 code `code` (s.e1.e0.m) into slot v of a prepacked word.
 __host__ __device__ constexpr uint32_t fp4_word_place(uint32_t code, int v) {
@@ -74,9 +90,9 @@ __host__ __device__ constexpr uint8_t e4m3_to_ue5m3(uint8_t e4m3) {
 __device__ __forceinline__ void fp4x8_to_bf16x2_raw(uint32_t w, uint32_t (&r)[4]) {
   constexpr uint32_t kMask = 0x81C081C0u;
   r[0] = w & kMask;
-  r[1] = (w << 3) & kMask;
-  r[2] = (w << 6) & kMask;
-  r[3] = ((w >> 4) & 0x00C000C0u) | ((w >> 5) & 0x01000100u) | ((w << 1) & 0x80008000u);
+  r[1] = (w << 4) & kMask;
+  r[2] = __funnelshift_l(w, w, 10) & kMask;  // SHF.L.W: V4's bits wrap from the top
+  r[3] = ((w << 6) & 0x80C080C0u) | ((w >> 2) & 0x01000100u);  // V6/V7's e1 apart from the rest
 }
 
 // Scale byte `byte` (0..3) of `word`, a UE5M3 code, -> bf16x2 (scale * 2^119, scale * 2^119).
