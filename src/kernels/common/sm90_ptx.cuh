@@ -90,12 +90,19 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 // aligned. Stepping K by 16 elements inside the 128-byte row adds 32 bytes to the start address
 // (descriptor + 2): the swizzle is a function of the address bits, so the hardware applies it
 // to the advanced address exactly as the copy engine did.
-__device__ __forceinline__ uint64_t wgmma_desc_k_sw128(const void* tile) {
-  const uint64_t start = (smem_addr(tile) & 0x3FFFFu) >> 4;
-  constexpr uint64_t kLeading = 1;           // unused by swizzled K-major layouts
-  constexpr uint64_t kStride = 1024 >> 4;    // 8 rows x 128 B
-  constexpr uint64_t kSwizzle128 = 1;        // layout type, bits 62-63
-  return start | (kLeading << 16) | (kStride << 32) | (kSwizzle128 << 62);
+// In two words: the low one (start address, leading offset) moves with the tile, the high one
+// (stride, swizzle) is the same for every tile of the layout. A kernel steps K with a 32-bit add
+// to the low word (the start field's 14 bits hold any shared-memory address + 96 B) and keeps
+// the high one a constant: for a 64-bit add per wgmma ptxas emitted an add with carry and a
+// register move more on each (SASS, sm_90a).
+inline constexpr uint32_t kWgmmaDescHiKSw128 = (1024u >> 4)  // stride: 8 rows x 128 B (bits 32-45)
+                                               | (1u << 30);  // layout type 128-byte swizzle (bits 62-63)
+__device__ __forceinline__ uint32_t wgmma_desc_lo_k_sw128(const void* tile) {
+  constexpr uint32_t kLeading = 1;  // unused by swizzled K-major layouts (bits 16-29)
+  return ((smem_addr(tile) & 0x3FFFFu) >> 4) | (kLeading << 16);
+}
+__device__ __forceinline__ uint64_t wgmma_desc_k_sw128(uint32_t lo) {
+  return (static_cast<uint64_t>(kWgmmaDescHiKSw128) << 32) | lo;
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }

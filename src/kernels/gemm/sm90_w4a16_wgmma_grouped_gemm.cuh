@@ -125,7 +125,7 @@ struct WgmmaWidths {
   // serializes them).
   template <int kLo = 0, int kHi = kCount - 1, int kAcc>
   __device__ __forceinline__ static void issue(int tokens, float (&acc)[kAcc], uint32_t (&a)[4][4],
-                                               uint64_t desc_b, bool first) {
+                                               uint32_t desc_lo, bool first) {
     namespace sm90 = ptx::sm90;
     if constexpr (kLo == kHi) {
       sm90::wgmma_fence_operands(acc);
@@ -134,15 +134,16 @@ struct WgmmaWidths {
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        sm90::WgmmaRs<at(kLo)>::mma(acc, a[kk], desc_b + 2 * kk, static_cast<uint32_t>(!first || kk > 0));
+        sm90::WgmmaRs<at(kLo)>::mma(acc, a[kk], sm90::wgmma_desc_k_sw128(desc_lo + 2 * kk),
+                                    static_cast<uint32_t>(!first || kk > 0));
       sm90::wgmma_commit();
     } else {
       constexpr int kMid = (kLo + kHi) / 2;
       constexpr int kMidWidth = at(kMid);
       if (tokens <= kMidWidth)
-        issue<kLo, kMid>(tokens, acc, a, desc_b, first);
+        issue<kLo, kMid>(tokens, acc, a, desc_lo, first);
       else
-        issue<kMid + 1, kHi>(tokens, acc, a, desc_b, first);
+        issue<kMid + 1, kHi>(tokens, acc, a, desc_lo, first);
     }
   }
 };
@@ -418,8 +419,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
         dequant_a_fragment(w.z, sg, sg8, frag[kBuf][2]);
         dequant_a_fragment(w.w, sg, sg8, frag[kBuf][3]);
       }
-      const uint64_t db = sm90::wgmma_desc_k_sw128(st);
-      Tr::Widths::issue(width, acc, frag[kBuf], db, ks == 0);
+      Tr::Widths::issue(width, acc, frag[kBuf], sm90::wgmma_desc_lo_k_sw128(st), ks == 0);
       sm90::wgmma_fence_operands(acc);
       // The previous stage's wgmma are done (with one buffer: this stage's): its register
       // buffer may be rewritten and its slot refilled (with two, this stage's stay in flight
