@@ -18,10 +18,8 @@ __global__ void dequant_words(const uint32_t* words, const uint32_t* scale_codes
                               uint32_t* out) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const uint32_t sg = kernels::ue5m3_to_bf16x2_scaled<0>(scale_codes[i]);
-  const uint32_t sg8 = kernels::ue5m3_to_bf16x2_scaled<1>(scale_codes[i]);
   uint32_t a[4];
-  kernels::dequant_a_fragment(words[i], sg, sg8, a);
+  kernels::dequant_a_fragment(words[i], kernels::ue5m3_pair_to_bf16x2_scaled<0>(scale_codes[i]), a);
   for (int r = 0; r < 4; ++r) out[4 * i + r] = a[r];
 }
 

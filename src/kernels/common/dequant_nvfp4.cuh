@@ -95,54 +95,58 @@ __device__ __forceinline__ void fp4x8_to_bf16x2_raw(uint32_t w, uint32_t (&r)[4]
   r[3] = ((w << 6) & 0x80C080C0u) | ((w >> 2) & 0x01000100u);  // V6/V7's e1 apart from the rest
 }
 
-// Scale byte `byte` (0..3) of `word`, a UE5M3 code, -> bf16x2 (scale * 2^119, scale * 2^119).
-//   PRMT places the byte in the low byte of both halves; *16 + (237 << 7) builds each bf16.
-template <int kByte>
-__device__ __forceinline__ uint32_t ue5m3_to_bf16x2_scaled(uint32_t word) {
-  uint32_t dup;
-  asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(dup) : "r"(word), "n"(kByte | (4 << 4) | (kByte << 8) | (4 << 12)));
-  return dup * 16u + ((237u << 7) | (237u << 23));
+// Scale bytes 2p and 2p + 1 (pair p = 0, 1) of `word`, the UE5M3 codes of rows g and g+8 ->
+// one bf16x2: row g's scale * 2^119 in the low half, row g+8's in the high half. PRMT places the
+// bytes in the low byte of each half; *16 + (237 << 7) builds each bf16 (one LEA). The multiply
+// takes each half broadcast (bf16x2_mul_lo / _hi: HMUL2's .H0_H0 / .H1_H1 operand selectors, no
+// instruction), so both rows' scales cost two instructions, not four.
+__device__ __forceinline__ uint32_t ue5m3_pair_from_prmt(uint32_t pair_bytes) {
+  return pair_bytes * 16u + ((237u << 7) | (237u << 23));
+}
+template <int kPair>
+__device__ __forceinline__ uint32_t ue5m3_pair_to_bf16x2_scaled(uint32_t word) {
+  static_assert(kPair == 0 || kPair == 1, "two pairs of scale bytes per word");
+  uint32_t bytes;
+  asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(bytes) : "r"(word), "n"((2 * kPair) | (4 << 4) | ((2 * kPair + 1) << 8) | (4 << 12)));
+  return ue5m3_pair_from_prmt(bytes);
 }
 
-// The same with the byte chosen at run time (the prefill family's K step is not unrolled).
-__device__ __forceinline__ uint32_t ue5m3_to_bf16x2_scaled(uint32_t word, uint32_t byte) {
-  uint32_t dup;
-  asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(dup) : "r"(word), "r"(byte | (4u << 4) | (byte << 8) | (4u << 12)));
-  return dup * 16u + ((237u << 7) | (237u << 23));
+// The same with the pair chosen at run time (the prefill family's K step is not unrolled).
+__device__ __forceinline__ uint32_t ue5m3_pair_to_bf16x2_scaled(uint32_t word, uint32_t pair) {
+  uint32_t bytes;
+  asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(bytes) : "r"(word), "r"((2 * pair) | (4u << 4) | ((2 * pair + 1) << 8) | (4u << 12)));
+  return ue5m3_pair_from_prmt(bytes);
 }
 
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+// a * (the low half of s, in both halves); a * (the high half of s, in both halves).
+__device__ __forceinline__ uint32_t bf16x2_mul_lo(uint32_t a, uint32_t s) {
   const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a),
-                                   *reinterpret_cast<const __nv_bfloat162*>(&b));
+                                   __low2bfloat162(*reinterpret_cast<const __nv_bfloat162*>(&s)));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+__device__ __forceinline__ uint32_t bf16x2_mul_hi(uint32_t a, uint32_t s) {
+  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a),
+                                   __high2bfloat162(*reinterpret_cast<const __nv_bfloat162*>(&s)));
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
-// The block scales of rows g and g+8 for 64-K chunk c (0..3) of a K group, as bf16x2, from a
-// lane's 8 scale bytes (prepack_layout.h: byte 2c is row g's, 2c + 1 row g+8's). c is a
-// compile-time constant once the caller's chunk loop is unrolled. (The decode family's loop
-// keeps its own copy of these lines: through this function ptxas scheduled its mainloop
-// differently, and that schedule was not measured.)
-__device__ __forceinline__ void chunk_scales(uint2 sc8, int c, uint32_t& scale_g, uint32_t& scale_g8) {
+// The block scales of rows g and g+8 for 64-K chunk c (0..3) of a K group, as one bf16x2 pair
+// (above), from a lane's 8 scale bytes (prepack_layout.h: byte 2c is row g's, 2c + 1 row
+// g+8's). c is a compile-time constant once the caller's chunk loop is unrolled.
+__device__ __forceinline__ uint32_t chunk_scales(uint2 sc8, int c) {
   const uint32_t word = c < 2 ? sc8.x : sc8.y;
-  if (c & 1) {
-    scale_g = ue5m3_to_bf16x2_scaled<2>(word);
-    scale_g8 = ue5m3_to_bf16x2_scaled<3>(word);
-  } else {
-    scale_g = ue5m3_to_bf16x2_scaled<0>(word);
-    scale_g8 = ue5m3_to_bf16x2_scaled<1>(word);
-  }
+  return (c & 1) ? ue5m3_pair_to_bf16x2_scaled<1>(word) : ue5m3_pair_to_bf16x2_scaled<0>(word);
 }
 
-// One A-fragment step: 8 values of a prepacked word, scaled by the row-g and row-(g+8)
-// block scales (as bf16x2 from ue5m3_to_bf16x2_scaled).
-__device__ __forceinline__ void dequant_a_fragment(uint32_t w, uint32_t scale_g, uint32_t scale_g8,
-                                                   uint32_t (&a)[4]) {
+// One A-fragment step: 8 values of a prepacked word, scaled by the row-g and row-(g+8) block
+// scales (the pair from ue5m3_pair_to_bf16x2_scaled).
+__device__ __forceinline__ void dequant_a_fragment(uint32_t w, uint32_t scales, uint32_t (&a)[4]) {
   uint32_t raw[4];
   fp4x8_to_bf16x2_raw(w, raw);
-  a[0] = bf16x2_mul(raw[0], scale_g);   // row g,   k +0 +1
-  a[1] = bf16x2_mul(raw[1], scale_g8);  // row g+8, k +0 +1
-  a[2] = bf16x2_mul(raw[2], scale_g);   // row g,   k +2 +3
-  a[3] = bf16x2_mul(raw[3], scale_g8);  // row g+8, k +2 +3
+  a[0] = bf16x2_mul_lo(raw[0], scales);  // row g,   k +0 +1
+  a[1] = bf16x2_mul_hi(raw[1], scales);  // row g+8, k +0 +1
+  a[2] = bf16x2_mul_lo(raw[2], scales);  // row g,   k +2 +3
+  a[3] = bf16x2_mul_hi(raw[3], scales);  // row g+8, k +2 +3
 }
 #endif
 

@@ -375,9 +375,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
     float odd[kRT][4] = {};
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      uint32_t sg[kRT], sg8[kRT];
+      uint32_t sc[kRT];  // rows g, g+8: the scale pair of this chunk
 #pragma unroll
-      for (int r = 0; r < kRT; ++r) chunk_scales(S.s[r], c, sg[r], sg8[r]);
+      for (int r = 0; r < kRT; ++r) sc[r] = chunk_scales(S.s[r], c);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         // B: x.y = MMA step 2h (K +0..3 of this lane's 8), z.w = step 2h + 1; zero columns
@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
             const uint4& w4 = S.w[r][c];
             const uint32_t w = step == 0 ? w4.x : step == 1 ? w4.y : step == 2 ? w4.z : w4.w;
             uint32_t af[4];
-            dequant_a_fragment(w, sg[r], sg8[r], af);
+            dequant_a_fragment(w, sc[r], af);
             if (s2 == 0) ptx::mma_bf16_m16n8k16(tile[r], af, bv.x, bv.y);
             else ptx::mma_bf16_m16n8k16(odd[r], af, bv.z, bv.w);
           }

@@ -21,7 +21,7 @@
 // thread a 16-byte piece, swizzled). The weights and scales of a stage are two contiguous runs
 // (prepack_layout.h): on sm_90+ one thread moves each with one bulk copy (cp.async.bulk,
 // completing on the stage's mbarrier); before sm_90, cp.async by every thread. Decode is bound
-// by instruction issue as much as by DRAM (the dequantization costs ~16 instructions per 32-bit
+// by instruction issue as much as by DRAM (the dequantization costs ~14 instructions per 32-bit
 // word of weights), and per-thread copies of the weights cost a quarter more instructions per
 // stage than the MMAs' dequantization leaves room for.
 //
@@ -354,18 +354,12 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
       for (int c = 0; c < 4; ++c) {
         // A: 16 B per lane per row tile = 4 words, one per MMA k-step of this 64-K chunk.
         uint4 aw[kRpw];
-        uint32_t sg[kRpw], sg8[kRpw];
+        uint32_t sc[kRpw];  // rows g, g+8: the scale pair of this chunk (ue5m3_pair_to_bf16x2_scaled)
 #pragma unroll
         for (int r = 0; r < kRpw; ++r) {
           aw[r] = ptx::ld_shared_v4(wst + r * 2048 + c * 512);
           const uint32_t word = c < 2 ? sc8[r].x : sc8[r].y;
-          if (c & 1) {
-            sg[r] = ue5m3_to_bf16x2_scaled<2>(word);
-            sg8[r] = ue5m3_to_bf16x2_scaled<3>(word);
-          } else {
-            sg[r] = ue5m3_to_bf16x2_scaled<0>(word);
-            sg8[r] = ue5m3_to_bf16x2_scaled<1>(word);
-          }
+          sc[r] = (c & 1) ? ue5m3_pair_to_bf16x2_scaled<1>(word) : ue5m3_pair_to_bf16x2_scaled<0>(word);
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -382,7 +376,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
             for (int r = 0; r < kRpw; ++r) {
               const uint32_t w = step == 0 ? aw[r].x : step == 1 ? aw[r].y : step == 2 ? aw[r].z : aw[r].w;
               uint32_t a[4];
-              dequant_a_fragment(w, sg[r], sg8[r], a);
+              dequant_a_fragment(w, sc[r], a);
 #pragma unroll
               for (int j = 0; j < kNt; ++j) {
                 if (s2 == 0) ptx::mma_bf16_m16n8k16(acc[r][j], a, b[j].x, b[j].y);

@@ -412,12 +412,11 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
         // stage by stage, so they are kept in registers for the other three).
         if (chunk == 0) sc = ptx::ld_shared_v2(raw + Tr::kRawBytes + local_rt * 256 + lane * 8);
         const uint32_t sword = chunk < 2 ? sc.x : sc.y;
-        const uint32_t sg = ue5m3_to_bf16x2_scaled(sword, 2u * (chunk & 1));
-        const uint32_t sg8 = ue5m3_to_bf16x2_scaled(sword, 2u * (chunk & 1) + 1u);
-        dequant_a_fragment(w.x, sg, sg8, frag[kBuf][0]);
-        dequant_a_fragment(w.y, sg, sg8, frag[kBuf][1]);
-        dequant_a_fragment(w.z, sg, sg8, frag[kBuf][2]);
-        dequant_a_fragment(w.w, sg, sg8, frag[kBuf][3]);
+        const uint32_t scales = ue5m3_pair_to_bf16x2_scaled(sword, static_cast<uint32_t>(chunk & 1));
+        dequant_a_fragment(w.x, scales, frag[kBuf][0]);
+        dequant_a_fragment(w.y, scales, frag[kBuf][1]);
+        dequant_a_fragment(w.z, scales, frag[kBuf][2]);
+        dequant_a_fragment(w.w, scales, frag[kBuf][3]);
       }
       Tr::Widths::issue(width, acc, frag[kBuf], sm90::wgmma_desc_lo_k_sw128(st), ks == 0);
       sm90::wgmma_fence_operands(acc);
