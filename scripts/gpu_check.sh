@@ -28,13 +28,15 @@ if has sanitize; then
   # T = 5 (decode family), T = 100 and 300 (25 and 75 tokens per expert: the prefill family's
   # 256-row 64-token tile in FC1 and its two-CTA 128-row one in FC2, then its 256-row 128-token
   # tile in both on sm_90a), each against the float64 reference; then experts of I = 1024 (not
-  # narrow) at T = 100 and 300: the 256-row 64- and 128-token tiles in both GEMMs.
-  sanitize_run() {  # TOOL I T LOG: the CLI layer (8 experts, top-2, H 512, I) under one tool
+  # narrow) at T = 100 and 300: the 256-row 64- and 128-token tiles in both GEMMs; and H = 768,
+  # I = 1024 at T = 420 (105 tokens per expert, 192-row blocks that pad neither GEMM past 5%):
+  # the 192 x 144 tile in both.
+  sanitize_run() {  # TOOL I T LOG [H]: the CLI layer (8 experts, top-2, H 512 or H, I) under one tool
     local extra=(); [ "$1" = racecheck ] && extra=(--racecheck-report hazard)
-    timeout 120 compute-sanitizer --tool "$1" "${extra[@]}" --error-exitcode 9 "$bin/fp4moe" run --hidden 512 \
+    timeout 150 compute-sanitizer --tool "$1" "${extra[@]}" --error-exitcode 9 "$bin/fp4moe" run --hidden "${5:-512}" \
       --intermediate "$2" --shared-intermediate "$2" --experts 8 --top-k 2 --device gpu --compare-reference -t "$3" \
       > "$out/$4" 2>&1
-    echo "$1 fp4moe run (I = $2) T=$3 exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative|tactic" "$out/$4"
+    echo "$1 fp4moe run (H = ${5:-512}, I = $2) T=$3 exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative|tactic" "$out/$4"
   }
   for t in 2 5 100 300; do
     for tool in memcheck racecheck; do sanitize_run $tool 256 $t "${tool}_run_$t.log"; done
@@ -42,6 +44,7 @@ if has sanitize; then
   for t in 100 300; do
     for tool in memcheck racecheck; do sanitize_run $tool 1024 $t "${tool}_run_wide_$t.log"; done
   done
+  for tool in memcheck racecheck; do sanitize_run $tool 1024 420 "${tool}_run_192rows_420.log" 768; done
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/fp4moe_gpu_tests" --gtest_filter="$small" \
     > "$out/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -3 "$out/memcheck.log"
   timeout 150 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 "$bin/fp4moe_gpu_tests" \
@@ -85,7 +88,8 @@ if has families; then
     for t in w4a16_mma:m128n8k256:s3:w4:sk1 w4a16_mma:m256n8k256:s2:w8:sk1 w4a16_mma:m128n16k256:s2:w4:sk1 \
              w4a16_mma:m256n16k256:s2:w8:sk1 w4a16_mma:m128n32k256:s3:w4:sk1 \
              w4a16_mma:m128n64k256:s3:w8:sk1 w4a16_wgmma:m128n64k64:s14:w12:sk1 w4a16_wgmma:m128n64k64:s7:w12:sk1 w4a16_wgmma:m256n64k64:s10:w20:sk1 w4a16_wgmma:m256n128k64:s7:w20:sk1 \
-             w4a16_wgmma:m128n128k64:s9:w12:sk1 w4a16_wgmma:m192n176k64:s7:w16:sk1 w4a16_wgmma:m128n256k64:s5:w12:sk1; do
+             w4a16_wgmma:m128n128k64:s9:w12:sk1 w4a16_wgmma:m192n144k64:s7:w16:sk1 w4a16_wgmma:m192n176k64:s7:w16:sk1 \
+             w4a16_wgmma:m128n256k64:s5:w12:sk1; do
       timeout 200 "$bin/fp4moe" bench --preset glm5 --tokens $ts --no-cache --no-baseline --fc1 "$t:swiglu" \
         --fc2 "$t:finalize" --json "$out/fam_$(echo "$t" | tr ':' '_')_$round.json" > /dev/null 2>&1
     done

@@ -73,6 +73,17 @@ inline constexpr double kPrefillWideRowsMaxPadding = 0.05;
 // 256, -14% at 512.
 inline constexpr double kPrefillFourWarpgroupsN128MaxTokens = 104;
 
+// From kPrefillFourWarpgroupsN128MaxTokens up to kPrefillThreeWarpgroupsN144MaxTokens (not
+// included) the 192-row tile with 144 tokens (m192n144:s7:w16) where the 192-row tiles' rows fit:
+// its 72 accumulators leave room for two buffers of A fragments (the 176-token tile has one and
+// retires each stage's wgmma before dequantizing the next), but an expert past 144 tokens takes a
+// second unit. Both GEMMs forced against the dispatched 192 x 176 tile, three rounds in one call
+// (H200, glm5, layer us): T = 3328 (mean 104) 4798.5/4748.3/4618.7 against 4977.9/5002.0/4885.6,
+// T = 3584 (112) 5152.3/5073.5/5074.1 against 5027.6/5175.8/5207.7, T = 3840 (120) 2.6% and
+// T = 4096 (128) 2.6% slower, T = 4352 4.5%, T = 2560 (80) 4-15% slower than the 256 x 128 tile,
+// T = 3072 (96) level with it.
+inline constexpr double kPrefillThreeWarpgroupsN144MaxTokens = 112;
+
 // Decode token tile, from mean = T * k / E: 8 up to kDecodeN8MaxMean, 16 up to kDecodeN16MaxMean,
 // else 64. Measured: the tuner's fastest tile on the H200 (glm5) was 8 at a mean of 4 and 16 at
 // 8, 16 and 32; among the decode tiles 64 was fastest at 64 and 128 (where sm_90a runs the

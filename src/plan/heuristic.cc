@@ -29,7 +29,8 @@ Tactic decode_tactic(int tokens, double mean, bool narrow, Epilogue ep) {
 // few tokens per expert: one CTA of 256 rows sharing its token tile, 10 stages, or two CTAs of
 // 128 rows, 7 stages each), 128 (9 stages) or 256 (5 stages), about 195-207 KB of shared memory
 // per SM each; in between, where their rows fit the GEMM's, the 256 x 128 tile (four consumer
-// warpgroups, 7 stages, 198 KB) and the 192 x 176 tile (three, 7 stages, 220 KB).
+// warpgroups, 7 stages, 198 KB) and the 192 x 144 and 192 x 176 tiles (three, 7 stages, 185 and
+// 220 KB).
 Tactic prefill_tactic(const MoeConfig& cfg, double mean, Epilogue ep) {
   const int64_t rows = ep == Epilogue::kSwiglu ? 2 * cfg.intermediate : cfg.hidden;
   const auto padded = [&](int64_t block) { return static_cast<double>((rows + block - 1) / block * block); };
@@ -41,6 +42,8 @@ Tactic prefill_tactic(const MoeConfig& cfg, double mean, Epilogue ep) {
     return Tactic{Family::kW4a16Wgmma, 256, 64, 64, 10, 20, 1, ep, false};
   if (mean >= kPrefillN128MinTokens && rows_fit(256) && (mean < kPrefillFourWarpgroupsN128MaxTokens || narrow_fc2))
     return Tactic{Family::kW4a16Wgmma, 256, 128, 64, 7, 20, 1, ep, false};
+  if (mean >= kPrefillFourWarpgroupsN128MaxTokens && mean < kPrefillThreeWarpgroupsN144MaxTokens && rows_fit(192))
+    return Tactic{Family::kW4a16Wgmma, 192, 144, 64, 7, 16, 1, ep, false};
   if (mean >= kPrefillN128MinTokens && mean < kPrefillWideRowsMaxTokens && rows_fit(192))
     return Tactic{Family::kW4a16Wgmma, 192, 176, 64, 7, 16, 1, ep, false};
   const int tokens = mean < kPrefillN128MinTokens ? 64 : mean < kPrefillN256MinTokens ? 128 : 256;

@@ -187,18 +187,20 @@ struct W4a16WgmmaTraits {
       kTokens == 64, WgmmaWidths<16, 24, 32, 40, 48, 56, 64>,
       std::conditional_t<
           kTokens == 128, WgmmaWidths<16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128>,
-          std::conditional_t<kTokens == 176, WgmmaWidths<16, 32, 48, 64, 96, 112, 128, 136, 144, 152, 160, 168, 176>,
-                             WgmmaWidths<16, 32, 48, 64, 96, 112, 128, 136, 144, 152, 160, 168, 176, 192, 224,
-                                         256>>>>;
+          std::conditional_t<
+              kTokens == 144, WgmmaWidths<16, 32, 48, 64, 80, 96, 104, 112, 120, 128, 136, 144>,
+              std::conditional_t<kTokens == 176, WgmmaWidths<16, 32, 48, 64, 96, 112, 128, 136, 144, 152, 160, 168, 176>,
+                                 WgmmaWidths<16, 32, 48, 64, 96, 112, 128, 136, 144, 152, 160, 168, 176, 192, 224,
+                                             256>>>>>;
 
   static_assert(kT.family == Family::kW4a16Wgmma, "w4a16_wgmma kernel instantiated for another family");
   static_assert(kRows == 128 || kRows == 192 || kRows == 256, "two to four consumer warpgroups of 64 rows");
   static_assert(kStageK == 64, "one 128-byte swizzled row of bf16 per stage");
   static_assert(kT.warps == 4 * (1 + kConsumers), "a producer warpgroup and a consumer warpgroup per 64 rows");
   static_assert(kRows == 128   ? (kTokens == 64 || kTokens == 128 || kTokens == 256)
-                : kRows == 192 ? kTokens == 176
+                : kRows == 192 ? (kTokens == 144 || kTokens == 176)
                                : (kTokens == 64 || kTokens == 128),
-                "wgmma N of 64, 128 or 256 with two consumer warpgroups, 176 with three, 64 or 128 with four "
+                "wgmma N of 64, 128 or 256 with two consumer warpgroups, 144 or 176 with three, 64 or 128 with four "
                 "(registers)");
   static_assert(kT.split_k == 1, "persistent tiles: no split-K");
   static_assert(kT.epilogue == Epilogue::kSwiglu || kT.epilogue == Epilogue::kFinalize,
@@ -245,7 +247,9 @@ struct W4a16WgmmaTraits {
   // launch's 128 registers, whatever setmaxnreg grants: 88 accumulators (176 tokens) and one
   // buffer of A fragments fit; a second buffer made ptxas serialize the wgmma (C7512), and a
   // 24-register producer spilled. So this tile retires each stage's wgmma before dequantizing
-  // the next (kFragBufs = 1): the other two warpgroups' wgmma keep the tensor pipe busy meanwhile.
+  // the next (kFragBufs = 1): the other two warpgroups' wgmma keep the tensor pipe busy meanwhile
+  // (not all the time: at glm5 T = 4096 a sixth of the consumers' warp samples wait there). With
+  // 144 tokens (72 accumulators) both buffers fit (160: C7512).
   //
   // Four consumer warpgroups (256 rows, 640 threads: 96 registers at launch) are the two-CTA
   // 64-token tile's four warpgroups per SM sharing one token tile: half the token bytes per MMA
@@ -264,7 +268,7 @@ struct W4a16WgmmaTraits {
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= kLaunchRegs * kThreads,
                 "setmaxnreg moves registers within the CTA's launch allocation");
   static_assert(kLaunchRegs * kThreads * kCtasPerSm <= 65536, "the CTAs' registers fit an SM");
-  static constexpr int kFragBufs = kConsumers == 3 || (kConsumers == 4 && kTokens > 64) ? 1 : 2;
+  static constexpr int kFragBufs = (kConsumers == 3 && kTokens > 144) || (kConsumers == 4 && kTokens > 64) ? 1 : 2;
 };
 
 // kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each (two CTAs at
