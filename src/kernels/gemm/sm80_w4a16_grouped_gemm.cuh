@@ -358,8 +358,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
 #pragma unroll
         for (int r = 0; r < kRpw; ++r) {
           aw[r] = ptx::ld_shared_v4(wst + r * 2048 + c * 512);
-          const uint32_t word = c < 2 ? sc8[r].x : sc8[r].y;
-          sc[r] = (c & 1) ? ue5m3_pair_to_bf16x2_scaled<1>(word) : ue5m3_pair_to_bf16x2_scaled<0>(word);
+          sc[r] = chunk_scales(sc8[r], c);
         }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
