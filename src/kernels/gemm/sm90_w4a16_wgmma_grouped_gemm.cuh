@@ -182,6 +182,9 @@ struct W4a16WgmmaTraits {
   static constexpr int kScaleBytes = kRowTiles * 256;  // UE5M3 scales of one K group
   static constexpr int kStageBytes = kBBytes + kRawBytes + kScaleBytes;
   static constexpr int kAccum = kTokens / 2;           // fp32 accumulators per consumer thread
+  // Stages per unit. Evaluated where it is used, from the kernel parameter: computed once
+  // before the warp roles split, ptxas kept it in a register across setmaxnreg and spilled it.
+  __host__ __device__ static constexpr int k_steps(int k) { return (k + kStageK - 1) / kStageK; }
   // The widths units run at (see WgmmaWidths and the comment above it).
   using Widths = std::conditional_t<
       kTokens == 64, WgmmaWidths<16, 24, 32, 40, 48, 56, 64>,
@@ -315,7 +318,6 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
                                    warp_sums);  // its barriers also publish the mbarrier init
   w4a16::griddep_launch_dependents();
   const int units = prefix[p.num_experts];
-  const int k_steps = (p.k + Tr::kStageK - 1) / Tr::kStageK;
   const int64_t expert_sbytes = static_cast<int64_t>(p.rowtiles) * p.kgroups * 256;
 
   if (warpgroup == 0) {
@@ -350,7 +352,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
         // cover a whole K group: they come with its first chunk only.
         const uint32_t stage_bytes = width * 128 + Tr::kRawBytes;
         const uint32_t scale_bytes = rts * 256;
-        for (int ks = 0; ks < k_steps; ++ks) {
+        for (int ks = 0; ks < Tr::k_steps(p.k); ++ks) {
           sm90::mbarrier_wait(&empty[slot], phase ^ 1);  // a fresh barrier passes parity 1
           uint8_t* st = smem + slot * Tr::kStageBytes;
           const int kg = ks >> 2, chunk = ks & 3;
@@ -439,10 +441,18 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
     };
 
     // The unit a stage starts, once its copies are armed (the stage's own wait below passes at
-    // once); unit.e = -1 when the producer is out of units.
+    // once); unit.e = -1 when the producer is out of units. Its expert and token count pass
+    // through a shuffle from lane 0: ptxas then knows them warp-uniform, and with them the unit
+    // loop, the width bisection, the slot and phase and the stage addresses, which it keeps in
+    // the uniform datapath - the wgmma descriptors are built in uniform registers instead of
+    // being moved there by two R2UR per wgmma, and the vector registers they held are free
+    // (SASS: 15 R2UR per kernel instead of 111-401; glm5 FC1 and FC2 3-5% faster at T = 1024-4096).
     auto next_unit = [&] {
       sm90::mbarrier_wait(&full[slot], phase);
-      return unit_ring[slot];
+      WgmmaUnitEntry entry = unit_ring[slot];
+      entry.unit.e = __shfl_sync(0xffffffffu, entry.unit.e, 0);
+      entry.unit.ntok = __shfl_sync(0xffffffffu, entry.unit.ntok, 0);
+      return entry;
     };
     for (WgmmaUnitEntry entry = next_unit(); entry.unit.e >= 0; entry = next_unit()) {
       const w4a16::Unit cu = entry.unit;
@@ -450,13 +460,13 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       // kBufs stages per trip: the register buffer of each is a compile-time index.
       int ks = 0;
       if constexpr (kBufs == 2) {
-        for (; ks + 1 < k_steps; ks += 2) {
+        for (; ks + 1 < Tr::k_steps(p.k); ks += 2) {
           stage(std::integral_constant<int, 0>{}, ks, width);
           stage(std::integral_constant<int, 1>{}, ks + 1, width);
         }
-        if (ks < k_steps) stage(std::integral_constant<int, 0>{}, ks, width);
+        if (ks < Tr::k_steps(p.k)) stage(std::integral_constant<int, 0>{}, ks, width);
       } else {
-        for (; ks < k_steps; ++ks) stage(std::integral_constant<int, 0>{}, ks, width);
+        for (; ks < Tr::k_steps(p.k); ++ks) stage(std::integral_constant<int, 0>{}, ks, width);
       }
       sm90::wgmma_wait<0>();
       sm90::wgmma_fence_operands(acc);
