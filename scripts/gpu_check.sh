@@ -30,7 +30,8 @@ if has sanitize; then
   # tile in both on sm_90a), each against the float64 reference; then experts of I = 1024 (not
   # narrow) at T = 100 and 300: the 256-row 64- and 128-token tiles in both GEMMs; and H = 768,
   # I = 1024 at T = 420 (105 tokens per expert, 192-row blocks that pad neither GEMM past 5%):
-  # the 192 x 144 tile in both.
+  # the 192 x 144 tile in both; at T = 480 (120 per expert) the 192 x 176 tile in both (its width
+  # chosen once per unit).
   sanitize_run() {  # TOOL I T LOG [H]: the CLI layer (8 experts, top-2, H 512 or H, I) under one tool
     local extra=(); [ "$1" = racecheck ] && extra=(--racecheck-report hazard)
     timeout 150 compute-sanitizer --tool "$1" "${extra[@]}" --error-exitcode 9 "$bin/fp4moe" run --hidden "${5:-512}" \
@@ -44,7 +45,9 @@ if has sanitize; then
   for t in 100 300; do
     for tool in memcheck racecheck; do sanitize_run $tool 1024 $t "${tool}_run_wide_$t.log"; done
   done
-  for tool in memcheck racecheck; do sanitize_run $tool 1024 420 "${tool}_run_192rows_420.log" 768; done
+  for t in 420 480; do
+    for tool in memcheck racecheck; do sanitize_run $tool 1024 $t "${tool}_run_192rows_$t.log" 768; done
+  done
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/fp4moe_gpu_tests" --gtest_filter="$small" \
     > "$out/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -3 "$out/memcheck.log"
   timeout 150 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 "$bin/fp4moe_gpu_tests" \

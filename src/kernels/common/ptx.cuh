@@ -68,6 +68,16 @@ __device__ __forceinline__ uint2 ld_shared_v2(const void* p) {
   return v;
 }
 
+// An 8 x 8 matrix of 16-bit values held as an mma accumulator fragment (lane 4 g + t: row g,
+// columns 2t, 2t+1 in one 32-bit register, the first in the low half), transposed across the
+// warp: lane 4 g + t receives row g of the transpose, i.e. column g, rows 2t and 2t + 1 (sm_75+).
+// Every lane of the warp executes it.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t a) {
+  uint32_t d;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
+  return d;
+}
+
 // Loads that bypass L1: data written by other CTAs of the same launch (split-K partials,
 // finalize rows) must be read from L2, where their __threadfence()d stores are visible.
 __device__ __forceinline__ float ld_cg(const float* p) { return __ldcg(p); }

@@ -120,6 +120,20 @@ struct WgmmaWidths {
     return true;
   }
 
+  // Calls f(std::integral_constant<int, i>) with i the index of narrowest(tokens), by bisection.
+  template <int kLo = 0, int kHi = kCount - 1, class F>
+  __device__ __forceinline__ static void dispatch(int tokens, F&& f) {
+    if constexpr (kLo == kHi) {
+      f(std::integral_constant<int, kLo>{});
+    } else {
+      constexpr int kMid = (kLo + kHi) / 2;
+      if (tokens <= at(kMid))
+        dispatch<kLo, kMid>(tokens, f);
+      else
+        dispatch<kMid + 1, kHi>(tokens, f);
+    }
+  }
+
   // Issues one stage's 4 wgmma (k steps of 16) at narrowest(tokens), picked by bisection; each
   // width's whole fence-issue-commit sequence in its own branch (a branch between the wgmma
   // serializes them).
@@ -404,7 +418,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
 
     // One stage: dequantize this warp's 16 rows x 64 K into register buffer kBuf, issue its 4
     // wgmma, then retire the previous stage's (the other buffer) and release that slot.
-    auto stage = [&](auto buf_tag, int ks, int width) __attribute__((always_inline)) {
+    auto stage = [&](auto buf_tag, int ks, auto width) __attribute__((always_inline)) {
       constexpr int kBuf = decltype(buf_tag)::value;
       sm90::mbarrier_wait(&full[slot], phase);
       const uint8_t* st = smem + slot * Tr::kStageBytes;
@@ -424,7 +438,12 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
         dequant_a_fragment(w.z, scales, frag[kBuf][2]);
         dequant_a_fragment(w.w, scales, frag[kBuf][3]);
       }
-      Tr::Widths::issue(width, acc, frag[kBuf], sm90::wgmma_desc_lo_k_sw128(st), ks == 0);
+      if constexpr (std::is_same_v<decltype(width), int>) {
+        Tr::Widths::issue(width, acc, frag[kBuf], sm90::wgmma_desc_lo_k_sw128(st), ks == 0);
+      } else {
+        constexpr int kWi = decltype(width)::value;
+        Tr::Widths::template issue<kWi, kWi>(0, acc, frag[kBuf], sm90::wgmma_desc_lo_k_sw128(st), ks == 0);
+      }
       sm90::wgmma_fence_operands(acc);
       // The previous stage's wgmma are done (with one buffer: this stage's): its register
       // buffer may be rewritten and its slot refilled (with two, this stage's stay in flight
@@ -465,6 +484,15 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
           stage(std::integral_constant<int, 1>{}, ks + 1, width);
         }
         if (ks < Tr::k_steps(p.k)) stage(std::integral_constant<int, 0>{}, ks, width);
+      } else if constexpr (Tr::kConsumers == 3) {
+        // The width chosen once per unit, the unit's K loop compiled per width (no bisection in
+        // each stage): ptxas keeps this tile's wgmma asynchronous so (in the two-buffer tiles it
+        // serializes them, C7511), and glm5 FC1 and FC2 at T = 4096 are 1.5-2% faster. (The
+        // 256 x 128 tile was 2-3% slower so at glm5-tp8's FC2, whose units are 4 stages.)
+        Tr::Widths::dispatch(cu.ntok, [&](auto wi) __attribute__((always_inline)) {
+#pragma unroll 1
+          for (; ks < Tr::k_steps(p.k); ++ks) stage(std::integral_constant<int, 0>{}, ks, wi);
+        });
       } else {
         for (; ks < Tr::k_steps(p.k); ++ks) stage(std::integral_constant<int, 0>{}, ks, width);
       }
@@ -478,41 +506,51 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       if (kBufs == 2) sm90::mbarrier_arrive(&empty[slot == 0 ? kStages - 1 : slot - 1]);
 
       // ---- epilogue: acc[4j + i] = row 16 local_rt + g (+8 for i >= 2), token 8j + 2t + (i & 1)
+      // Each 8 x 8 block (8 rows, tokens 8j..8j+7) is transposed across the warp (movmatrix), so
+      // that lane (g, t) stores token 8j + g's rows (columns) 2t, 2t + 1 as one 32-bit word: one
+      // store per block and half-row instead of two 16-bit stores (FC1) or a shuffle, two selects
+      // and a store per row pair (FC2) - the epilogues had 7% (FC1) and 12.5% (FC2) of the warp
+      // samples at glm5 T = 4096. Only the unit's tokens are stored: a partial tile (most
+      // experts' last) stops at its width, the break uniform across the CTA, as movmatrix needs
+      // every lane of the warp.
       const int rt = cu.rb * kRowTiles + local_rt;  // global row tile of this warp
       const float ka = entry.ka;
       if constexpr (kT.epilogue == Epilogue::kSwiglu) {
-        // Row tile q: gate rows 8q..8q+7 (tile rows 0-7), up rows 8q..8q+7 (rows 8-15).
+        // Row tile q: gate rows 8q..8q+7 (tile rows 0-7), up rows 8q..8q+7 (rows 8-15), giving
+        // act columns 8q..8q+7; after the transposition this lane holds columns 8q + 2t, + 1
+        // (adjacent in fragment order too: it permutes 4-byte pairs).
         const float kb = entry.kb;
-        const int col = rt * 8 + g;
+        const int col = rt * 8 + 2 * t;
         const int64_t pos = p.act_fragment_order ? fragment_order_position(col) : col;
-        if (col < p.act_cols) {
-#pragma unroll
-          for (int j = 0; j < kTokens / 8; ++j) {
-            if (8 * j >= cu.ntok) break;  // the unit's last tokens: the rest of the tile is empty
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              const int n = 8 * j + 2 * t + i;
-              if (n < cu.ntok) {
-                const float gate = acc[4 * j + i] * ka, up = acc[4 * j + i + 2] * kb;
-                p.act_out[static_cast<int64_t>(cu.tok0 + n) * p.act_stride + pos] =
-                    w4a16::to_bf16_bits(w4a16::silu(gate) * up);
-              }
-            }
-          }
-        }
-      } else {
-        // Finalize, phase 1: this warpgroup's 64 rows to rows_out (bf16, unweighted).
-        // The unit's tokens only (uniform across the CTA, so the pairs' shuffles stay converged):
-        // a partial tile - most experts' last, at T = 4096 ~136 tokens of the 256-token tile -
-        // stops there instead of running every column's shuffle and predicate.
-        const bool odd = g & 1;
+        const bool col_ok = col < p.act_cols;
+        uint16_t* dst = p.act_out + static_cast<int64_t>(cu.tok0 + g) * p.act_stride + pos;
+        const int64_t step = 8 * static_cast<int64_t>(p.act_stride);
 #pragma unroll
         for (int j = 0; j < kTokens / 8; ++j) {
           if (8 * j >= cu.ntok) break;
+          const float h0 = w4a16::silu(acc[4 * j] * ka) * (acc[4 * j + 2] * kb);
+          const float h1 = w4a16::silu(acc[4 * j + 1] * ka) * (acc[4 * j + 3] * kb);
+          const uint32_t v = ptx::movmatrix_trans(w4a16::pack_bf16x2(h0, h1));
+          if (col_ok && 8 * j + g < cu.ntok) *reinterpret_cast<uint32_t*>(dst) = v;
+          dst += step;
+        }
+      } else {
+        // Finalize, phase 1: this warpgroup's 64 rows to rows_out (bf16, unweighted); after the
+        // transposition this lane holds rows 16 rt + 2t, + 1 (and + 8, + 9) of token 8j + g.
+        // rows is a multiple of 16: a row tile is inside the matrix or wholly past it.
+        const bool rows_ok = rt * 16 < p.rows;
+        uint16_t* dst = p.rows_out + static_cast<int64_t>(cu.tok0 + g) * p.rows + rt * 16 + 2 * t;
+        const int64_t step = 8 * static_cast<int64_t>(p.rows);
 #pragma unroll
-          for (int h = 0; h < 2; ++h)  // rows g (h = 0) and g + 8 (h = 1)
-            w4a16::store_row_pair_bf16(p, cu.tok0, cu.ntok, 8 * j + 2 * t, rt * 16 + (g & ~1) + 8 * h,
-                                       acc[4 * j + 2 * h] * ka, acc[4 * j + 2 * h + 1] * ka, odd);
+        for (int j = 0; j < kTokens / 8; ++j) {
+          if (8 * j >= cu.ntok) break;
+          const uint32_t lo = ptx::movmatrix_trans(w4a16::pack_bf16x2(acc[4 * j] * ka, acc[4 * j + 1] * ka));
+          const uint32_t hi = ptx::movmatrix_trans(w4a16::pack_bf16x2(acc[4 * j + 2] * ka, acc[4 * j + 3] * ka));
+          if (rows_ok && 8 * j + g < cu.ntok) {
+            reinterpret_cast<uint32_t*>(dst)[0] = lo;
+            reinterpret_cast<uint32_t*>(dst)[4] = hi;  // rows + 8
+          }
+          dst += step;
         }
       }
     }
