@@ -21,6 +21,9 @@
 //     into the 4 A fragments of the stage's 4 k steps (the decode family's bit trick) and issues
 //     the 4 wgmma; they run asynchronously while the same warps dequantize the next stage into
 //     the other of two register buffers (one in the 192 x 176 and 256 x 128 tiles: kFragBufs);
+//     the unit comes to them through a lane-0 shuffle, so that ptxas keeps their bookkeeping and
+//     the wgmma descriptors in the uniform datapath; the epilogues transpose each 8 x 8
+//     accumulator block across the warp (movmatrix) and store 32-bit words of one token;
 //   - persistent CTAs (one per SM, two for the 64-token tile where they fit: kCtasPerSm) take
 //     the units (expert, token tile, row block) in order from a global ticket counter, so
 //     units start in order however long each took (a static stride drifts apart: an expert's
