@@ -161,7 +161,7 @@ __device__ void finalize_sum_slots(const W4a16GemmParams& p, int thread) {
     uint32_t packed[kPer / 2];
 #pragma unroll
     for (int j = 0; j < kPer / 2; ++j)
-      packed[j] = to_bf16_bits(sum[2 * j]) | (uint32_t{to_bf16_bits(sum[2 * j + 1])} << 16);
+      packed[j] = pack_bf16x2(sum[2 * j], sum[2 * j + 1]);
     *reinterpret_cast<uint4*>(p.out + token * p.rows + row) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   }
 }

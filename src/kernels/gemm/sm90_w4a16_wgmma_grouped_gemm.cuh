@@ -137,6 +137,13 @@ struct WgmmaWidths {
     }
   }
 
+  // Issues one stage's 4 wgmma at the width of index kI (chosen by the caller, as dispatch does).
+  template <int kI, int kAcc>
+  __device__ __forceinline__ static void issue_at(float (&acc)[kAcc], uint32_t (&a)[4][4], uint32_t desc_lo,
+                                                  bool first) {
+    issue<kI, kI>(at(kI), acc, a, desc_lo, first);
+  }
+
   // Issues one stage's 4 wgmma (k steps of 16) at narrowest(tokens), picked by bisection; each
   // width's whole fence-issue-commit sequence in its own branch (a branch between the wgmma
   // serializes them).
@@ -444,8 +451,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       if constexpr (std::is_same_v<decltype(width), int>) {
         Tr::Widths::issue(width, acc, frag[kBuf], sm90::wgmma_desc_lo_k_sw128(st), ks == 0);
       } else {
-        constexpr int kWi = decltype(width)::value;
-        Tr::Widths::template issue<kWi, kWi>(0, acc, frag[kBuf], sm90::wgmma_desc_lo_k_sw128(st), ks == 0);
+        Tr::Widths::template issue_at<decltype(width)::value>(acc, frag[kBuf], sm90::wgmma_desc_lo_k_sw128(st),
+                                                              ks == 0);
       }
       sm90::wgmma_fence_operands(acc);
       // The previous stage's wgmma are done (with one buffer: this stage's): its register
