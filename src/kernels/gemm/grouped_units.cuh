@@ -117,14 +117,16 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 // this one's index among them.
 inline constexpr int kFinalizeRowsPerThread = 8;  // bf16 rows: one 16-byte load per slot
 
-template <int kThreads>
+// kBatch: slots loaded before any is added. One slot after another, each sum waited a dependent
+// chain of two global loads (the slot's row, then its weight and values), and the prefill FC2
+// spent ~38% of its warp samples here and at the barrier before it (ncu, glm5, T = 4096, H200);
+// eight at a time, a top-8 model with a shared expert (9 slots) still waited two chains a token.
+// A batch costs 4 registers a slot for the values: 16 where the caller has them, 8 in the
+// 96-register consumers of the four-warpgroup prefill tiles. The sum keeps slot order, so the
+// bits do not depend on kBatch.
+template <int kThreads, int kBatch = 16>
 __device__ void finalize_sum_slots(const W4a16GemmParams& p, int thread) {
   constexpr int kPer = kFinalizeRowsPerThread;
-  // A token's slots are loaded kBatch at a time before any is added: one slot after another,
-  // each sum waited a dependent chain of three global loads (row, weight, values), and the
-  // prefill FC2 spent ~38% of its warp samples here and at the barrier before it (ncu, glm5,
-  // T = 4096, H200). The sum keeps slot order, so the bits do not change.
-  constexpr int kBatch = 8;
   const int64_t groups = p.rows / kPer;
   const int64_t items = p.x_rows / p.slots * groups;
   const int64_t stride = int64_t{gridDim.x} * kThreads;

@@ -295,6 +295,10 @@ struct W4a16WgmmaTraits {
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= kLaunchRegs * kThreads,
                 "setmaxnreg moves registers within the CTA's launch allocation");
   static_assert(kLaunchRegs * kThreads * kCtasPerSm <= 65536, "the CTAs' registers fit an SM");
+  // The finalize's phase 2: slots loaded per batch (w4a16::finalize_sum_slots). ptxas compiles it
+  // at the launch's register count, not at the consumers' setmaxnreg: the most that count holds
+  // without spilling (16 spilled 24 bytes at 128, 152 at 96; 10 spilled 8 at 80).
+  static constexpr int kSlotBatch = kLaunchRegs >= 168 ? 16 : kLaunchRegs >= 128 ? 12 : kLaunchRegs >= 96 ? 10 : 8;
   static constexpr int kFragBufs = (kConsumers == 3 && kTokens > 144) || (kConsumers == 4 && kTokens > 64) ? 1 : 2;
 };
 
@@ -341,12 +345,15 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
   w4a16::unit_prefix<Tr::kThreads>(prefix, p.expert_offsets, p.num_experts, kTokens, row_blocks,
                                    warp_sums);  // its barriers also publish the mbarrier init
   w4a16::griddep_launch_dependents();
-  const int units = prefix[p.num_experts];
   const int64_t expert_sbytes = static_cast<int64_t>(p.rowtiles) * p.kgroups * 256;
 
   if (warpgroup == 0) {
     sm90::setmaxnreg_dec<Tr::kProducerRegs>();
     if (warp == 0) {
+      // The unit count is read from shared memory where it is compared: a register holding it
+      // through the loop was one too many for the 32-register producer of three tiles in one
+      // build of this kernel (ptxas spilled it).
+      const int* units = prefix + p.num_experts;
       // ===================== producer: lane 0 arms each stage, one lane per row tile copies ==
       int slot = 0;
       uint32_t phase = 0;
@@ -356,7 +363,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
         return __shfl_sync(0xffffffffu, ticket, 0);
       };
       int u = take_ticket();
-      for (; u < units; u = take_ticket()) {
+      for (; u < *units; u = take_ticket()) {
         const w4a16::Unit cu = w4a16::decode_unit_rows_inner(p, prefix, u, kTokens, row_blocks);
         // The expert's global scales, for the consumers' epilogue (lane 0 writes the entry).
         float ka = kDequantEpilogueFactor, kb = kDequantEpilogueFactor;
@@ -406,7 +413,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       if (lane == 0) {
         unit_ring[slot].unit.e = -1;
         sm90::mbarrier_arrive(&full[slot]);
-        if (u == units + static_cast<int>(gridDim.x) - 1) *p.unit_ticket = 0;
+        if (u == *units + static_cast<int>(gridDim.x) - 1) *p.unit_ticket = 0;
       }
     }
     // The producers are done: the finalize's phase 2 runs on the consumers, at their registers
@@ -485,6 +492,27 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
     };
     for (WgmmaUnitEntry entry = next_unit(); entry.unit.e >= 0; entry = next_unit()) {
       const w4a16::Unit cu = entry.unit;
+      // (the test through a lane-0 shuffle, like the unit above: ptxas must see it warp-uniform,
+      // or the slot and phase after it, and every wgmma descriptor with them, leave the uniform
+      // registers)
+      if (__shfl_sync(0xffffffffu, cu.rb * kRowTiles + 4 * cw >= p.rowtiles, 0)) {
+        // This warpgroup's 64 rows are past the matrix (the last row block of a matrix whose rows
+        // are not a multiple of the tile's: glm5's FC1, 4096 rows in 192-row blocks, ends in one
+        // of 64). It only passes the unit's stages on, leaving the tensor pipe to the warpgroups
+        // with rows: their unit's wgmma had waited behind two thirds of padding. Each stage is
+        // waited for before it is released, so that its arrival counts in the slot's current
+        // phase (a warpgroup running a ring ahead would complete the next one).
+#pragma unroll 1
+        for (int ks = 0; ks < Tr::k_steps(p.k); ++ks) {
+          sm90::mbarrier_wait(&full[slot], phase);
+          sm90::mbarrier_arrive(&empty[slot]);
+          if (++slot == kStages) {
+            slot = 0;
+            phase ^= 1;
+          }
+        }
+        continue;
+      }
       const int width = Tr::Widths::narrowest(cu.ntok);
       // kBufs stages per trip: the register buffer of each is a compile-time index.
       int ks = 0;
@@ -572,7 +600,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       ptx::named_barrier_sync(1, kConsumerThreads);  // this CTA's rows, before they are released
       if (tid == 128) w4a16::grid_barrier(p.grid_barrier, gridDim.x);
       ptx::named_barrier_sync(1, kConsumerThreads);
-      w4a16::finalize_sum_slots<kConsumerThreads>(p, tid - 128);
+      w4a16::finalize_sum_slots<kConsumerThreads, Tr::kSlotBatch>(p, tid - 128);
     }
   }
 #else
