@@ -24,12 +24,23 @@ def check(cond, msg):
         failures.append(msg)
 
 
+def validate_clock(k, name):
+    """An SM clock sample (NVML) as the GPU bench writes it, where NVML was there."""
+    for key in ("sm_mhz_mean", "sm_mhz_min", "sm_mhz_max", "power_w_max", "reasons", "samples"):
+        check(key in k, f"{name}: {key} missing")
+    if all(key in k for key in ("sm_mhz_mean", "sm_mhz_min", "sm_mhz_max", "samples")):
+        check(k["samples"] >= 1, f"{name}: samples")
+        check(0 < k["sm_mhz_min"] <= k["sm_mhz_mean"] <= k["sm_mhz_max"] < 10000, f"{name}: clock order")
+
+
 def validate(d, name, gpu_run):
     check(d.get("schema") == "fp4moe-bench/1", f"{name}: schema")
     for k in ("version", "gpu", "config", "ceilings", "options", "rows"):
         check(k in d, f"{name}: missing {k}")
     c = d["ceilings"]
     check(c["read_gbs"] > 0 and c["bf16_tflops"] > 0, f"{name}: ceilings")
+    if "bf16_clock" in c:
+        validate_clock(c["bf16_clock"], f"{name}: ceilings.bf16_clock")
     check(c["source"] in ("measured", "datasheet"), f"{name}: ceiling source")
     check(len(d["rows"]) > 0, f"{name}: no rows")
     prev = 0
@@ -54,7 +65,11 @@ def validate(d, name, gpu_run):
             check(o["path"] == "gpu" and o["median_us"] > 0, f"{name} T={t}: ours")
             check(abs(o["x_floor"] * cost["floor_us"] - o["median_us"]) <= 1e-6 * o["median_us"], f"{name}: x_floor")
             check(set(o["stages_us"]) == {"routing", "fc1", "fc2"}, f"{name}: stages")
+            if "clock" in o:
+                validate_clock(o["clock"], f"{name} T={t}: ours.clock")
             b = r["baseline"]
+            if "clock" in b:
+                validate_clock(b["clock"], f"{name} T={t}: baseline.clock")
             check(abs(b["speedup"] - b["median_us"] / o["median_us"]) < 1e-6 * b["speedup"], f"{name}: speedup")
             check(b["rel_error"] < 2e-2, f"{name} T={t}: rel error {b['rel_error']}")
 

@@ -39,8 +39,12 @@ BenchReport run_bench(const BenchOptions& o) {
   report.options = o;
   FP4MOE_CUDA_CHECK(cudaSetDevice(0));
 
+  char pci[32] = {};
+  FP4MOE_CUDA_CHECK(cudaDeviceGetPCIBusId(pci, sizeof(pci), 0));
+  ClockMonitor clocks(pci);
+  report.clock_monitor_unavailable = clocks.why_unavailable();
   say("measuring ceilings: read bandwidth, cuBLAS BF16 GEMM");
-  report.ceilings = measure_ceilings();
+  report.ceilings = measure_ceilings(10, &clocks);
 
   say("generating " + o.config.name + " weights (seeded random NVFP4)");
   SyntheticOptions so;
@@ -107,6 +111,7 @@ BenchReport run_bench(const BenchOptions& o) {
     auto before = [&] { if (o.cold_l2) flusher.flush(stream); };
     // Ours: a CUDA graph of the whole layer, replayed.
     double t_ours;
+    clocks.start();
     if (o.graph) {
       const CapturedGraph graph(stream, [&](cudaStream_t st) {
         layer->forward(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), st, &plan);
@@ -117,6 +122,7 @@ BenchReport run_bench(const BenchOptions& o) {
         layer->forward(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), stream, &plan);
       }, before);
     }
+    row.ours_clock = clocks.stop();
     row.ours = timed(t_ours, row.cost, row.floor);
     // Per-stage times (plain launches; events between the stages).
     {
@@ -144,6 +150,7 @@ BenchReport run_bench(const BenchOptions& o) {
     if (base) {
       base->prepare(r);
       double best = INFINITY;
+      clocks.start();
       for (auto m : {CublasBaseline::Method::kGrouped, CublasBaseline::Method::kPerExpert}) {
         try {
           base->forward(dh.get<uint16_t>(), dbase.get<uint16_t>(), stream, m);
@@ -160,6 +167,7 @@ BenchReport run_bench(const BenchOptions& o) {
           row.baseline_method = to_string(m);
         }
       }
+      row.baseline_clock = clocks.stop();
       // The output of the method timed last is in dbase: both methods compute the same thing.
       std::vector<uint16_t> theirs(T * cfg.hidden);
       FP4MOE_CUDA_CHECK(cudaMemcpy(theirs.data(), dbase.get(), theirs.size() * 2, cudaMemcpyDeviceToHost));

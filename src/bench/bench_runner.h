@@ -51,11 +51,15 @@ struct BenchRow {
   std::string baseline_method;
   double speedup = 0;        // baseline time / our time
   double rel_error_vs_baseline = 0;
+  // The SM clock while each was timed (NVML; absent without it): a ratio between two paths
+  // timed at different clocks is partly the GPU's, not the kernels' (clock_monitor.h).
+  std::optional<ClockSample> ours_clock, baseline_clock;
 };
 
 struct BenchReport {
   GpuSpec gpu;
   Ceilings ceilings;
+  std::string clock_monitor_unavailable;  // why the clocks are absent (empty where sampled)
   BenchOptions options;
   std::vector<BenchRow> rows;
 };

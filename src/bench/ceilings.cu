@@ -87,12 +87,14 @@ double measure_cublas_bf16_flops(int n, int iters) {
   return 2.0 * n * static_cast<double>(n) * n / s;
 }
 
-Ceilings measure_ceilings(int iters) {
+Ceilings measure_ceilings(int iters, ClockMonitor* monitor) {
   Ceilings c;
   c.read_buffer_bytes = int64_t{4} << 30;  // 4 GiB: 70x the H200's L2
   c.gemm_size = 8192;
   c.read_bytes_per_s = measure_read_bandwidth(c.read_buffer_bytes, iters);
+  if (monitor) monitor->start();
   c.bf16_flops = measure_cublas_bf16_flops(c.gemm_size, iters);
+  if (monitor) c.bf16_clock = monitor->stop();
   return c;
 }
 

@@ -4,6 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
+
+#include "bench/clock_monitor.h"
 
 #include "runtime/event_timing.h"
 #include "runtime/l2_flush.h"
@@ -15,12 +18,14 @@ struct Ceilings {
   double bf16_flops = 0;        // cuBLAS BF16 GEMM (fp32 accumulate) on random data
   int64_t read_buffer_bytes = 0;
   int gemm_size = 0;
+  std::optional<ClockSample> bf16_clock;  // while the BF16 GEMM ran (where a monitor samples)
 };
 
 // Median of `iters` timed runs each. Throws on CUDA/cuBLAS errors.
 double measure_read_bandwidth(int64_t bytes, int iters);
 double measure_cublas_bf16_flops(int n, int iters);
-Ceilings measure_ceilings(int iters = 10);
+// monitor (optional) samples the clocks while the BF16 GEMM runs.
+Ceilings measure_ceilings(int iters = 10, ClockMonitor* monitor = nullptr);
 
 }  // namespace fp4moe
 

@@ -95,6 +95,21 @@ void print_header(const MoeConfig& cfg, const GpuSpec& g, double bw, double tf, 
 }
 
 #ifdef FP4MOE_WITH_CUDA
+nlohmann::json clock_json(const ClockSample& c) {
+  return {{"sm_mhz_mean", c.sm_mhz_mean}, {"sm_mhz_min", c.sm_mhz_min}, {"sm_mhz_max", c.sm_mhz_max},
+          {"power_w_max", c.power_w_max}, {"reasons", describe_clock_reasons(c.reasons)},
+          {"samples", c.samples}};
+}
+
+// "1650 MHz (1590-1980, sw power cap)"
+std::string clock_text(const std::optional<ClockSample>& c) {
+  if (!c) return "n/a";
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "%.0f MHz (%u-%u, %s)", c->sm_mhz_mean, c->sm_mhz_min, c->sm_mhz_max,
+                describe_clock_reasons(c->reasons).c_str());
+  return buf;
+}
+
 void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
   BenchOptions o;
   o.config = cfg;
@@ -117,6 +132,13 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
   const BenchReport r = run_bench(o);
   if (tty) std::fprintf(stderr, "\r\033[K");
   print_header(cfg, r.gpu, r.ceilings.read_bytes_per_s, r.ceilings.bf16_flops, "measured");
+  if (r.ceilings.bf16_clock)
+    std::printf("SM clock (NVML, mean over each timed loop; min-max, what lowered it): BF16 ceiling %s, "
+                "power up to %.0f W\n",
+                clock_text(r.ceilings.bf16_clock).c_str(), r.ceilings.bf16_clock->power_w_max);
+  else
+    std::printf("SM clock: not sampled (%s)\n", r.clock_monitor_unavailable.empty()
+                                                   ? "no samples" : r.clock_monitor_unavailable.c_str());
   std::printf("timing: median of %d %s after %d warm-up, %s L2; baseline: cuBLAS BF16 (routing "
               "prepared on the host, not timed)\n\n",
               o.iters, o.graph ? "CUDA-graph replays" : "launches", o.warmup, o.cold_l2 ? "cold" : "warm");
@@ -134,6 +156,9 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
                 w.fc2_tactic.c_str());
     std::printf("%6s   stages: routing+permute %.1f us, FC1 %.1f us, FC2 %.1f us; plan: %s; ours vs cuBLAS rel err %.2e\n",
                 "", w.routing_us, w.fc1_us, w.fc2_us, w.plan_source.c_str(), w.rel_error_vs_baseline);
+    if (w.ours_clock)
+      std::printf("%6s   SM clock: ours %s%s%s\n", "", clock_text(w.ours_clock).c_str(),
+                  w.has_baseline ? ", cuBLAS " : "", w.has_baseline ? clock_text(w.baseline_clock).c_str() : "");
     nlohmann::json j = {{"tokens", w.tokens},
                         {"cost", cost_json(w.cost, w.floor)},
                         {"ours", {{"median_us", w.ours.median_us}, {"gbs", w.ours.gbs},
@@ -142,19 +167,24 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
                                   {"fc1_tactic", w.fc1_tactic}, {"fc2_tactic", w.fc2_tactic},
                                   {"plan", w.plan_source},
                                   {"stages_us", {{"routing", w.routing_us}, {"fc1", w.fc1_us}, {"fc2", w.fc2_us}}}}}};
-    if (w.has_baseline)
+    if (w.ours_clock) j["ours"]["clock"] = clock_json(*w.ours_clock);
+    if (w.has_baseline) {
       j["baseline"] = {{"median_us", w.baseline.median_us}, {"gbs", w.baseline.gbs},
                        {"tflops", w.baseline.tflops}, {"pct_floor", w.baseline.pct_floor},
                        {"x_floor", w.baseline.x_floor}, {"method", w.baseline_method},
                        {"speedup", w.speedup}, {"rel_error", w.rel_error_vs_baseline}};
+      if (w.baseline_clock) j["baseline"]["clock"] = clock_json(*w.baseline_clock);
+    }
     rows.push_back(j);
   }
+  nlohmann::json ceilings = {{"read_gbs", r.ceilings.read_bytes_per_s / 1e9},
+                             {"bf16_tflops", r.ceilings.bf16_flops / 1e12},
+                             {"source", "measured"}};
+  if (r.ceilings.bf16_clock) ceilings["bf16_clock"] = clock_json(*r.ceilings.bf16_clock);
   if (!a.json.empty())
     write_json(a.json, {{"schema", "fp4moe-bench/1"}, {"version", FP4MOE_VERSION},
                         {"gpu", gpu_json(r.gpu)}, {"config", config_json(cfg)},
-                        {"ceilings", {{"read_gbs", r.ceilings.read_bytes_per_s / 1e9},
-                                      {"bf16_tflops", r.ceilings.bf16_flops / 1e12},
-                                      {"source", "measured"}}},
+                        {"ceilings", ceilings},
                         {"options", {{"seed", o.seed}, {"skew", o.skew}, {"cold_l2", o.cold_l2},
                                      {"graph", o.graph}, {"iters", o.iters}}},
                         {"rows", rows}});
