@@ -1,12 +1,11 @@
 #include "bench/clock_monitor.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <chrono>
 #include <mutex>
-#include <type_traits>
 #include <utility>
+
+#include "common/runtime_library.h"
 
 namespace fp4moe {
 namespace {
@@ -29,22 +28,14 @@ const NvmlApi& nvml() {
   static NvmlApi api;
   static std::once_flag once;
   std::call_once(once, [] {
-    void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      const char* why = dlerror();
-      api.failure = std::string("no NVML (libnvidia-ml.so.1: ") + (why ? why : "not found") + ")";
-      return;
-    }
-    auto sym = [&](auto& fn, const char* s) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, s));
-      if (!fn && api.failure.empty()) api.failure = std::string("NVML has no symbol ") + s;
-    };
-    sym(api.init, "nvmlInit_v2");
-    sym(api.shutdown, "nvmlShutdown");
-    sym(api.handle_by_pci, "nvmlDeviceGetHandleByPciBusId_v2");
-    sym(api.clock_info, "nvmlDeviceGetClockInfo");
-    sym(api.power_usage, "nvmlDeviceGetPowerUsage");
-    sym(api.clock_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    RuntimeLibrary lib("NVML", "libnvidia-ml.so.1");
+    lib.bind(api.init, "nvmlInit_v2");
+    lib.bind(api.shutdown, "nvmlShutdown");
+    lib.bind(api.handle_by_pci, "nvmlDeviceGetHandleByPciBusId_v2");
+    lib.bind(api.clock_info, "nvmlDeviceGetClockInfo");
+    lib.bind(api.power_usage, "nvmlDeviceGetPowerUsage");
+    lib.bind(api.clock_reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    api.failure = lib.failure();
   });
   return api;
 }

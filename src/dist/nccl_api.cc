@@ -1,10 +1,10 @@
 #include "dist/nccl_api.h"
 
-#include <dlfcn.h>
-
 #include <cstdlib>
 #include <mutex>
 #include <string>
+
+#include "common/runtime_library.h"
 
 namespace fp4moe {
 
@@ -14,29 +14,21 @@ const NcclApi& NcclApi::get() {
   static std::once_flag once;
   std::call_once(once, [] {
     const char* env = std::getenv("FP4MOE_NCCL_LIBRARY");
-    const std::string name = env && *env ? env : "libnccl.so.2";
-    void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      const char* why = dlerror();
-      failure = "cannot load NCCL (" + name + "): " + (why ? why : "unknown error") +
-                "; set FP4MOE_NCCL_LIBRARY to libnccl.so.2 or add its directory to LD_LIBRARY_PATH";
-      return;
-    }
-    auto sym = [&](auto& fn, const char* s) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, s));
-      if (!fn && failure.empty()) failure = std::string("NCCL library ") + name + " has no symbol " + s;
-    };
-    sym(api.get_unique_id, "ncclGetUniqueId");
-    sym(api.comm_init_rank, "ncclCommInitRank");
-    sym(api.comm_init_all, "ncclCommInitAll");
-    sym(api.comm_destroy, "ncclCommDestroy");
-    sym(api.all_reduce, "ncclAllReduce");
-    sym(api.all_gather, "ncclAllGather");
-    sym(api.send, "ncclSend");
-    sym(api.recv, "ncclRecv");
-    sym(api.group_start, "ncclGroupStart");
-    sym(api.group_end, "ncclGroupEnd");
-    sym(api.error_string, "ncclGetErrorString");
+    RuntimeLibrary lib("NCCL", env && *env ? env : "libnccl.so.2");
+    lib.bind(api.get_unique_id, "ncclGetUniqueId");
+    lib.bind(api.comm_init_rank, "ncclCommInitRank");
+    lib.bind(api.comm_init_all, "ncclCommInitAll");
+    lib.bind(api.comm_destroy, "ncclCommDestroy");
+    lib.bind(api.all_reduce, "ncclAllReduce");
+    lib.bind(api.all_gather, "ncclAllGather");
+    lib.bind(api.send, "ncclSend");
+    lib.bind(api.recv, "ncclRecv");
+    lib.bind(api.group_start, "ncclGroupStart");
+    lib.bind(api.group_end, "ncclGroupEnd");
+    lib.bind(api.error_string, "ncclGetErrorString");
+    failure = lib.failure();
+    if (!failure.empty())
+      failure += "; set FP4MOE_NCCL_LIBRARY to libnccl.so.2 or add its directory to LD_LIBRARY_PATH";
   });
   FP4MOE_CHECK(failure.empty(), failure);
   return api;
