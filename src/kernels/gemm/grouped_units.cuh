@@ -121,9 +121,9 @@ inline constexpr int kFinalizeRowsPerThread = 8;  // bf16 rows: one 16-byte load
 // chain of two global loads (the slot's row, then its weight and values), and the prefill FC2
 // spent ~38% of its warp samples here and at the barrier before it (ncu, glm5, T = 4096, H200);
 // eight at a time, a top-8 model with a shared expert (9 slots) still waited two chains a token.
-// A batch costs 4 registers a slot for the values: 16 where the caller has them, 8 in the
-// 96-register consumers of the four-warpgroup prefill tiles. The sum keeps slot order, so the
-// bits do not depend on kBatch.
+// A batch costs 4 registers a slot for the values: the slot-sum kernel takes 16, the prefill
+// FC2 as many as its launch's registers hold (W4a16WgmmaTraits::kSlotBatch: 16, 12, 10 or 8).
+// The sum keeps slot order, so the bits do not depend on kBatch.
 template <int kThreads, int kBatch = 16>
 __device__ void finalize_sum_slots(const W4a16GemmParams& p, int thread) {
   constexpr int kPer = kFinalizeRowsPerThread;
