@@ -21,7 +21,7 @@ struct ClockSample {
   int samples = 0;
   double sm_mhz_mean = 0;
   unsigned sm_mhz_min = 0, sm_mhz_max = 0;
-  double power_w_max = 0;
+  double power_w_max = 0;  // NVML averages power over 1 s (Ampere and later): short runs read low
   uint64_t reasons = 0;  // every clock-event reason seen (NVML bits; describe_clock_reasons)
 };
 

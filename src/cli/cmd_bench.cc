@@ -134,7 +134,7 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
   print_header(cfg, r.gpu, r.ceilings.read_bytes_per_s, r.ceilings.bf16_flops, "measured");
   if (r.ceilings.bf16_clock)
     std::printf("SM clock (NVML, mean over each timed loop; min-max, what lowered it): BF16 ceiling %s, "
-                "power up to %.0f W\n",
+                "power up to %.0f W (NVML's 1 s average: a short burst reads low)\n",
                 clock_text(r.ceilings.bf16_clock).c_str(), r.ceilings.bf16_clock->power_w_max);
   else
     std::printf("SM clock: not sampled (%s)\n", r.clock_monitor_unavailable.empty()
