@@ -37,18 +37,24 @@ inline constexpr double kPrefillMinTokensNarrow = 24;
 inline constexpr double kPrefillN128MinTokens = 56;
 inline constexpr double kPrefillN256MinTokens = 96;
 
-// Three consumer warpgroups: up to kPrefillWideRowsMaxTokens (not included) the 192-row,
-// 176-token tile (m192n176:s7:w16) replaces the 128- and 256-token ones for a GEMM whose rows it
-// pads by at most kPrefillWideRowsMaxPadding more than the 128-row tiles do (glm5: FC1's 4096
-// rows 3%, FC2's 6144 none; glm5-tp8's FC1, 512 rows, 12.5%: not there), from
-// kPrefillFourWarpgroupsN128MaxTokens since the 256 x 128 tile below (measured from
-// kPrefillN128MinTokens before it). Measured on the H200 (plain launches per GEMM, two rounds,
-// against the dispatched tile): glm5 FC2 -5% at means of 56, 64 and 80, -7.5% at 96, -6% at
-// 128, -3% at 144, level at 160; glm5 FC1 level at 56-80, -4% at 96, -2.5% at 128, +1% at 144,
-// +5% at 160 (experts past 176 tokens take a second, narrow unit); glm5-tp8 FC2 -15% at 56-96,
-// -9% at 128, -6.5% at 144, but 13% slower than the two-CTA 64-token tile at 48; glm5-tp8 FC1
-// (12.5% padding) 4-12% slower everywhere.
-inline constexpr double kPrefillWideRowsMaxTokens = 152;
+// Three consumer warpgroups: from kPrefillN128MinTokens (from kPrefillThreeWarpgroupsN144MaxTokens
+// where the 256 x 128 and 192 x 144 tiles below take the means under it) the 192-row, 176-token tile (m192n176:s7:w16) replaces the 128- and
+// 256-token ones for a GEMM whose rows it pads by at most kPrefillWideRowsMaxPadding more than
+// the 128-row tiles do (glm5: FC1's 4096 rows 3%, FC2's 6144 none; glm5-tp8's FC1, 512 rows,
+// 12.5%: not there), at every mean above - except, for a GEMM whose rows it does pad, from
+// kPrefillWideRowsSpillMinTokens up to kPrefillWideRowsSpillMaxTokens (not included), where most
+// experts spill past 176 tokens into a narrow second unit that costs a whole dequantization
+// while the 256-token tile holds them in one; there the 128 x 256 tile. Measured on the H200
+// (glm5, both GEMMs forced to m192n176 against the 128 x 256 tile, two rounds in one call, per
+// GEMM in plain launches, build f73f903): FC2 (no padding) -7.5% at a mean of 152, -3% at 176,
+// -1.5% at 192, -3.5% at 224, -8.5% at 256, -9% at 320, -7% at 384, -8% at 512; FC1 (3%
+// padding) -3% at 152, +4% at 176, +6.5% at 192, +2.5% at 224, -2% at 256, -3% at 320, -1% at
+// 384 and 512. Before (plain launches per GEMM against the tiles then dispatched): glm5 FC2 -5%
+// at 56-80, -7.5% at 96, -6% at 128; FC1 level at 56-80, -4% at 96, -2.5% at 128; glm5-tp8 FC2
+// -15% at 56-96 but 13% slower than the two-CTA 64-token tile at 48; glm5-tp8 FC1 (12.5%
+// padding) 4-12% slower everywhere.
+inline constexpr double kPrefillWideRowsSpillMinTokens = 160;
+inline constexpr double kPrefillWideRowsSpillMaxTokens = 240;
 inline constexpr double kPrefillWideRowsMaxPadding = 0.05;
 
 // Four consumer warpgroups: below kPrefillN128MinTokens the 256-row, 64-token tile

@@ -44,7 +44,11 @@ Tactic prefill_tactic(const MoeConfig& cfg, double mean, Epilogue ep) {
     return Tactic{Family::kW4a16Wgmma, 256, 128, 64, 7, 20, 1, ep, false};
   if (mean >= kPrefillFourWarpgroupsN128MaxTokens && mean < kPrefillThreeWarpgroupsN144MaxTokens && rows_fit(192))
     return Tactic{Family::kW4a16Wgmma, 192, 144, 64, 7, 16, 1, ep, false};
-  if (mean >= kPrefillN128MinTokens && mean < kPrefillWideRowsMaxTokens && rows_fit(192))
+  // Where 192-row blocks pad the rows, the band in which most experts spill just past 176 tokens
+  // (a narrow second unit, a whole dequantization) goes to the 256-token tile below.
+  const bool spills_past_176 = padded(192) > padded(128) && mean >= kPrefillWideRowsSpillMinTokens &&
+                               mean < kPrefillWideRowsSpillMaxTokens;
+  if (mean >= kPrefillN128MinTokens && rows_fit(192) && !spills_past_176)
     return Tactic{Family::kW4a16Wgmma, 192, 176, 64, 7, 16, 1, ep, false};
   const int tokens = mean < kPrefillN128MinTokens ? 64 : mean < kPrefillN256MinTokens ? 128 : 256;
   const int stages = tokens == 64 ? 7 : tokens == 128 ? 9 : 5;
