@@ -21,6 +21,9 @@
 //     into the 4 A fragments of the stage's 4 k steps (the decode family's bit trick) and issues
 //     the 4 wgmma; they run asynchronously while the same warps dequantize the next stage into
 //     the other of two register buffers (one in the 192 x 176 and 256 x 128 tiles: kFragBufs);
+//     a stage of the 256 x 64 tile may hold 128 K (kChunks = 2: per 64-K chunk a token block and
+//     a weight block, dequantized into the two buffers in turn), so that its wait, slot and
+//     release are paid once per 128 K;
 //     the unit comes to them through a lane-0 shuffle, so that ptxas keeps their bookkeeping and
 //     the wgmma descriptors in the uniform datapath; the epilogues transpose each 8 x 8
 //     accumulator block across the warp (movmatrix) and store 32-bit words of one token;
@@ -51,10 +54,10 @@
 // Barriers per stage: full[s] (the producer's expect_tx arrival + the copies' bytes) and
 // empty[s] (every consumer thread, once the wgmma that read the stage have completed).
 //
-// Shared memory (dynamic, aligned up to 1024 B at run time; S = kStageBytes):
-//   [s*S,            + N*128)        B: N token rows x 128 B (bf16, swizzled by the copy engine)
-//   [.. ,            + R*512)        raw weights: R row tiles (8 or 12) x 512 B (this stage's
-//                                    64-K chunk)
+// Shared memory (dynamic, aligned up to 1024 B at run time; S = kStageBytes; C = kChunks):
+//   [s*S,            + C*N*128)      B: per 64-K chunk N token rows x 128 B (bf16, swizzled by
+//                                    the copy engine)
+//   [.. ,            + C*R*512)      raw weights: per chunk R row tiles (8, 12 or 16) x 512 B
 //   [.. ,            + R*256)        raw block scales: R row tiles x 256 B (the whole K group;
 //                                    copied with its first chunk's stage only)
 //   [kStages*S, ...)                 full/empty barriers, unit per stage, unit prefix, scan sums
@@ -201,8 +204,13 @@ struct W4a16WgmmaTraits {
   static constexpr int kThreads = kT.warps * 32;
   static constexpr int kConsumers = kRows / 64;  // warpgroups of 64 weight rows
   static constexpr int kRowTiles = kRows / 16;
-  static constexpr int kBBytes = kTokens * 128;
-  static constexpr int kRawBytes = kRowTiles * 512;    // FP4 codes of one 64-K chunk
+  // A stage holds kChunks 64-K chunks (one, or two in the 128-K tile): per chunk a block of
+  // kTokens 128-byte token rows and one of raw weights, kChunks blocks each side by side.
+  static constexpr int kChunks = kStageK / 64;
+  static constexpr int kBChunkBytes = kTokens * 128;
+  static constexpr int kRawChunkBytes = kRowTiles * 512;  // FP4 codes of one 64-K chunk
+  static constexpr int kBBytes = kBChunkBytes * kChunks;
+  static constexpr int kRawBytes = kRawChunkBytes * kChunks;
   static constexpr int kScaleBytes = kRowTiles * 256;  // UE5M3 scales of one K group
   static constexpr int kStageBytes = kBBytes + kRawBytes + kScaleBytes;
   static constexpr int kAccum = kTokens / 2;           // fp32 accumulators per consumer thread
@@ -222,7 +230,7 @@ struct W4a16WgmmaTraits {
 
   static_assert(kT.family == Family::kW4a16Wgmma, "w4a16_wgmma kernel instantiated for another family");
   static_assert(kRows == 128 || kRows == 192 || kRows == 256, "two to four consumer warpgroups of 64 rows");
-  static_assert(kStageK == 64, "one 128-byte swizzled row of bf16 per stage");
+  static_assert(kStageK == 64 || kStageK == 128, "one or two 128-byte swizzled rows of bf16 per token and stage");
   static_assert(kT.warps == 4 * (1 + kConsumers), "a producer warpgroup and a consumer warpgroup per 64 rows");
   static_assert(kRows == 128   ? (kTokens == 64 || kTokens == 128 || kTokens == 256)
                 : kRows == 192 ? (kTokens == 144 || kTokens == 176)
@@ -300,6 +308,10 @@ struct W4a16WgmmaTraits {
   // without spilling (16 spilled 24 bytes at 128, 152 at 96; 10 spilled 8 at 80).
   static constexpr int kSlotBatch = kLaunchRegs >= 168 ? 16 : kLaunchRegs >= 128 ? 12 : kLaunchRegs >= 96 ? 10 : 8;
   static constexpr int kFragBufs = (kConsumers == 3 && kTokens > 144) || (kConsumers == 4 && kTokens > 64) ? 1 : 2;
+  // 128 K a stage: the stage's two chunks are dequantized into the two fragment buffers in turn,
+  // one barrier wait, slot and release per 128 K (the per-stage bookkeeping was ~77 of a consumer
+  // warp's 134 instructions a 64-K stage at glm5 T = 1024, docs/PERFORMANCE.md).
+  static_assert(kChunks == 1 || kFragBufs == 2, "a 128-K stage takes two fragment buffers");
 };
 
 // kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each (two CTAs at
@@ -381,24 +393,29 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
         // The weight box always lands whole too: row tiles past the block are the next blocks'
         // (or zeros past the tensor), never dequantized into a stored row. The block scales
         // cover a whole K group: they come with its first chunk only.
-        const uint32_t stage_bytes = width * 128 + Tr::kRawBytes;
+        const uint32_t stage_bytes = (width * 128 + Tr::kRawChunkBytes) * Tr::kChunks;
         const uint32_t scale_bytes = rts * 256;
         for (int ks = 0; ks < Tr::k_steps(p.k); ++ks) {
           sm90::mbarrier_wait(&empty[slot], phase ^ 1);  // a fresh barrier passes parity 1
           uint8_t* st = smem + slot * Tr::kStageBytes;
-          const int kg = ks >> 2, chunk = ks & 3;
+          const int kc = ks * Tr::kChunks;  // the stage's first 64-K chunk
+          const int kg = kc >> 2, chunk = kc & 3;
           // Two or three copies per stage from one lane: each copy instruction costs the issuing
           // warp ~100 cycles (a copy per row tile made the producer the bottleneck at 32 tokens per
           // expert).
           if (lane == 0) {
             if (ks == 0) unit_ring[slot] = WgmmaUnitEntry{cu, ka, kb, {0, 0}};  // released by the arrival below
             sm90::mbarrier_arrive_expect_tx(&full[slot], stage_bytes + (chunk == 0 ? scale_bytes : 0));
-            sm90::tma_load_3d(st + Tr::kBBytes, &maps.weights, 0, chunk,
-                              (cu.e * p.kgroups + kg) * p.rowtiles + rt0, &full[slot]);
+#pragma unroll
+            for (int c = 0; c < Tr::kChunks; ++c)
+              sm90::tma_load_3d(st + Tr::kBBytes + c * Tr::kRawChunkBytes, &maps.weights, 0, chunk + c,
+                                (cu.e * p.kgroups + kg) * p.rowtiles + rt0, &full[slot]);
             if (chunk == 0)
               sm90::bulk_copy_g2s(st + Tr::kBBytes + Tr::kRawBytes,
                                   ssrc + kg * static_cast<int64_t>(p.rowtiles) * 256, scale_bytes, &full[slot]);
-            sm90::tma_load_2d(st, &maps.tokens[bi], ks * 64, cu.tok0, &full[slot]);
+#pragma unroll
+            for (int c = 0; c < Tr::kChunks; ++c)
+              sm90::tma_load_2d(st + c * Tr::kBChunkBytes, &maps.tokens[bi], (kc + c) * 64, cu.tok0, &full[slot]);
           }
           __syncwarp();
           if (++slot == kStages) {
@@ -476,6 +493,51 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       }
     };
 
+    // A 128-K stage (Tr::kChunks == 2): its two chunks in turn, chunk 0 into buffer 0 and chunk 1
+    // into buffer 1, each chunk's 4 wgmma in flight while the next chunk is dequantized, as in
+    // two 64-K stages; the wait for the stage, the slot and the release are paid once. The
+    // previous stage's slot is released once its second chunk's wgmma have retired (the wait
+    // after this stage's first chunk).
+    auto stage_two_chunks = [&](int ks, int width) __attribute__((always_inline)) {
+      sm90::mbarrier_wait(&full[slot], phase);
+      const uint8_t* st = smem + slot * Tr::kStageBytes;
+      const uint8_t* raw = st + Tr::kBBytes;
+      const int chunk = (ks * 2) & 3;  // the stage's first chunk in its K group: 0 or 2
+      if (chunk == 0) sc = ptx::ld_shared_v2(raw + Tr::kRawBytes + local_rt * 256 + lane * 8);
+      const uint32_t sword = chunk == 0 ? sc.x : sc.y;
+      {
+        const uint4 w = ptx::ld_shared_v4(raw + local_rt * 512 + lane * 16);
+        const uint32_t scales = ue5m3_pair_to_bf16x2_scaled(sword, 0u);
+        dequant_a_fragment(w.x, scales, frag[0][0]);
+        dequant_a_fragment(w.y, scales, frag[0][1]);
+        dequant_a_fragment(w.z, scales, frag[0][2]);
+        dequant_a_fragment(w.w, scales, frag[0][3]);
+      }
+      Tr::Widths::issue(width, acc, frag[0], sm90::wgmma_desc_lo_k_sw128(st), ks == 0);
+      sm90::wgmma_fence_operands(acc);
+      sm90::wgmma_wait<1>();  // the previous stage's second chunk
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[kBufs - 1][kk]);
+      if (ks > 0) sm90::mbarrier_arrive(&empty[slot == 0 ? kStages - 1 : slot - 1]);
+      {
+        const uint4 w = ptx::ld_shared_v4(raw + Tr::kRawChunkBytes + local_rt * 512 + lane * 16);
+        const uint32_t scales = ue5m3_pair_to_bf16x2_scaled(sword, 1u);
+        dequant_a_fragment(w.x, scales, frag[kBufs - 1][0]);
+        dequant_a_fragment(w.y, scales, frag[kBufs - 1][1]);
+        dequant_a_fragment(w.z, scales, frag[kBufs - 1][2]);
+        dequant_a_fragment(w.w, scales, frag[kBufs - 1][3]);
+      }
+      Tr::Widths::issue(width, acc, frag[kBufs - 1], sm90::wgmma_desc_lo_k_sw128(st + Tr::kBChunkBytes), false);
+      sm90::wgmma_fence_operands(acc);
+      sm90::wgmma_wait<1>();  // this stage's first chunk: buffer 0 is free again
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[0][kk]);
+      if (++slot == kStages) {
+        slot = 0;
+        phase ^= 1;
+      }
+    };
+
     // The unit a stage starts, once its copies are armed (the stage's own wait below passes at
     // once); unit.e = -1 when the producer is out of units. Its expert and token count pass
     // through a shuffle from lane 0: ptxas then knows them warp-uniform, and with them the unit
@@ -516,7 +578,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       const int width = Tr::Widths::narrowest(cu.ntok);
       // kBufs stages per trip: the register buffer of each is a compile-time index.
       int ks = 0;
-      if constexpr (kBufs == 2) {
+      if constexpr (Tr::kChunks == 2) {
+        for (; ks < Tr::k_steps(p.k); ++ks) stage_two_chunks(ks, width);
+      } else if constexpr (kBufs == 2) {
         for (; ks + 1 < Tr::k_steps(p.k); ks += 2) {
           stage(std::integral_constant<int, 0>{}, ks, width);
           stage(std::integral_constant<int, 1>{}, ks + 1, width);

@@ -19,21 +19,23 @@ struct WgmmaShape {
   int rows;    // weight rows: 64 per consumer warpgroup
   int tokens;  // token tile: wgmma N, 64..256
   int stages;
+  int k = 64;  // K a stage: one 128-byte swizzled row of bf16 per 64
 };
 
-inline constexpr std::array<WgmmaShape, 8> kWgmmaShapes{{{128, 64, 14},
+inline constexpr std::array<WgmmaShape, 9> kWgmmaShapes{{{128, 64, 14},
                                                          {128, 64, 7},
                                                          {256, 64, 10},
+                                                         {256, 64, 6, 128},
                                                          {256, 128, 7},
                                                          {128, 128, 9},
                                                          {192, 144, 7},
                                                          {192, 176, 7},
                                                          {128, 256, 5}}};
 
-// The tactic of a shape: 64 K a stage, a producer warpgroup and one consumer warpgroup per 64
-// rows, no split-K.
+// The tactic of a shape: a producer warpgroup and one consumer warpgroup per 64 rows, no
+// split-K.
 constexpr Tactic shape_tactic(const WgmmaShape& w, Epilogue ep) {
-  return Tactic{Family::kW4a16Wgmma, w.rows, w.tokens, 64, w.stages, 4 * (1 + w.rows / 64), 1, ep, false};
+  return Tactic{Family::kW4a16Wgmma, w.rows, w.tokens, w.k, w.stages, 4 * (1 + w.rows / 64), 1, ep, false};
 }
 
 }  // namespace fp4moe::kernels
