@@ -26,9 +26,9 @@ if has sanitize; then
   small='GpuLayer.RepeatedRunsAreBitwiseIdentical:Dequant.*:Prepack*16x256*:Modes/GpuRouting.*T64*'
   # And the layer from the CLI on a small shape: T = 2 (the small-batch family: I = 256 is narrow),
   # T = 5 (decode family), T = 100 and 300 (25 and 75 tokens per expert: the prefill family's
-  # 256-row 64-token tile in FC1 and its two-CTA 128-row one in FC2, then its 256-row 128-token
-  # tile in both on sm_90a), each against the float64 reference; then experts of I = 1024 (not
-  # narrow) at T = 100 and 300: the 256-row 64- and 128-token tiles in both GEMMs; and H = 768,
+  # 256-row 64-token tile with 128-K stages, then its 256-row 128-token tile, in both GEMMs on
+  # sm_90a), each against the float64 reference; then experts of I = 1024 (not narrow) at T = 100
+  # and 300: the same two tiles; and H = 768,
   # I = 1024 at T = 420 (105 tokens per expert, 192-row blocks that pad neither GEMM past 5%):
   # the 192 x 144 tile in both; at T = 480 (120 per expert) the 192 x 176 tile in both (its width
   # chosen once per unit).

@@ -32,8 +32,13 @@ inline bool narrow_experts(const MoeConfig& cfg) { return cfg.intermediate < kWi
 // on glm5 and 6% on glm5-tp8. Against the 128-token tile it is
 // 1.18x (glm5) and 1.3x (glm5-tp8) faster at 32 (T = 1024), 5-8% / 1.23x at 48, and 11-13%
 // slower at 64 (glm5, T = 2048); the 256-token tile wins from 128 per expert (22%), loses at 64.
-inline constexpr double kPrefillMinTokens = 16;
-inline constexpr double kPrefillMinTokensNarrow = 24;
+// Since the 256 x 64 tile takes 128 K a stage (m256n64k128:s6:w20, below) the prefill family
+// starts lower: both GEMMs forced against the dispatched decode tile (m256n16k256:s2:w8), two
+// rounds in one call (layer us): glm5 T = 320 (10 per expert) 1756/1648 against 1677/1681 (level),
+// T = 384 (12) 1759/1694 against 1841/1844, T = 448 (14) 1703/1716 against 2242/2024; glm5-tp8
+// T = 512 (16) 336/337 against 373/373, T = 640 (20) 378/379 against 439/441.
+inline constexpr double kPrefillMinTokens = 12;
+inline constexpr double kPrefillMinTokensNarrow = 16;
 inline constexpr double kPrefillN128MinTokens = 56;
 inline constexpr double kPrefillN256MinTokens = 96;
 
@@ -57,16 +62,18 @@ inline constexpr double kPrefillWideRowsSpillMinTokens = 160;
 inline constexpr double kPrefillWideRowsSpillMaxTokens = 240;
 inline constexpr double kPrefillWideRowsMaxPadding = 0.05;
 
-// Four consumer warpgroups: below kPrefillN128MinTokens the 256-row, 64-token tile
-// (m256n64:s10:w20, one CTA per SM sharing each token tile among 256 rows) replaces the two-CTA
-// 128-row one where its rows pad by at most kPrefillWideRowsMaxPadding more (glm5 and glm5-tp8:
-// none), except for FC2 of narrow experts (glm5-tp8, K = 256: units of 4 stages, whose
-// boundaries the two independent CTAs hide better). Measured on the H200, both GEMMs forced, two
-// rounds in one process, against the two-CTA tile (docs/HEURISTIC.md): glm5 -10% at 16 tokens
-// per expert (T = 512), -9.5% at 24, -7% to -12% at 32, FC1 -9% to -11% and FC2 -6% to -8%
-// throughout; glm5-tp8 FC1 -2% at 24, -3% at 32, -11% at 48, FC2 +2%; the decode family stays
-// ahead below 16 (glm5 T = 384 and 448: 1917-2148 us against 2160-2184), and from 56 the
-// 256 x 128 tile below.
+// Four consumer warpgroups: below kPrefillN128MinTokens the 256-row, 64-token tile with 128 K a
+// stage (m256n64k128:s6:w20, one CTA per SM sharing each token tile among 256 rows; the stage's
+// wait, slot and release paid once per 128 K) replaces the two-CTA 128-row one where its rows pad
+// by at most kPrefillWideRowsMaxPadding more (glm5 and glm5-tp8: none), FC2 of narrow experts
+// included. Against its 64-K form (m256n64k64:s10:w20), both GEMMs forced, three rounds in one
+// call (H200, layer us): glm5 T = 512 1699/1699/1694 against 1984/1985/1984, T = 768 -12%, T = 1024
+// 2073/2180/2026 against 2209/2202/2221 (FC1 -10%, FC2 -10%), T = 1536 -5 to -10%; glm5-tp8
+// T = 768 -8%, 1024 -8% (FC2 182 against 196 us for the two-CTA tile then dispatched), 1536 -6%.
+// The 64-K form had been against the two-CTA tile: glm5 -10% at 16 tokens per expert, -9.5% at
+// 24, -7% to -12% at 32; glm5-tp8 FC1 -2% to -11%, FC2 +2%. From 56 the 256 x 128 tile below
+// (glm5 T = 1792: FC1 1965/1934 against 1987/2004 for m256n64k128, FC2 1098/1079 against
+// 1110/1118; T = 2048 8-9% faster).
 //
 // From kPrefillN128MinTokens up to kPrefillFourWarpgroupsN128MaxTokens (not included) the
 // 256-row, 128-token tile (m256n128:s7:w20: four consumer warpgroups, one fragment buffer)
