@@ -20,8 +20,10 @@ inline bool narrow_experts(const MoeConfig& cfg) { return cfg.intermediate < kWi
 
 // Dispatch between the families (sm_90a only; elsewhere the decode family always): the prefill
 // family w4a16_wgmma from a mean of prefill_min_tokens(cfg) routed tokens per expert (T * k / E):
-// kPrefillMinTokens, or kPrefillMinTokensNarrow for narrow experts (narrow_experts). Token tiles of 64 (7 stages, two CTAs per SM) below
-// kPrefillN128MinTokens, of 128 below kPrefillN256MinTokens, else 256. Measured on the H200,
+// kPrefillMinTokens, or kPrefillMinTokensNarrow for narrow experts (narrow_experts); its tiles
+// are chosen by the rules below. What first set these bounds (token tiles of 64 - then 7 stages,
+// two CTAs per SM - below kPrefillN128MinTokens, of 128 below kPrefillN256MinTokens, else 256),
+// measured on the H200,
 // both GEMMs forced, two or three rounds in one process (docs/HEURISTIC.md has the tables): at
 // 16 tokens per expert (T = 512) the two-CTA 64-token tile is level with the decode family's
 // 256 x 16 tile on glm5 (I = 2048; over five device calls its runs 2467-2610 us, middle 2516,
