@@ -148,6 +148,15 @@ __device__ __forceinline__ void dequant_a_fragment(uint32_t w, uint32_t scales, 
   a[2] = bf16x2_mul_lo(raw[2], scales);  // row g,   k +2 +3
   a[3] = bf16x2_mul_hi(raw[3], scales);  // row g+8, k +2 +3
 }
+
+// A lane's 16-byte word group of a 64-K chunk (word s: k step s, in fragment order) as the A
+// fragments of the chunk's 4 k steps, all under the same pair of block scales.
+__device__ __forceinline__ void dequant_a_fragments(uint4 w, uint32_t scales, uint32_t (&a)[4][4]) {
+  dequant_a_fragment(w.x, scales, a[0]);
+  dequant_a_fragment(w.y, scales, a[1]);
+  dequant_a_fragment(w.z, scales, a[2]);
+  dequant_a_fragment(w.w, scales, a[3]);
+}
 #endif
 
 }  // namespace fp4moe::kernels

@@ -467,10 +467,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
         if (chunk == 0) sc = ptx::ld_shared_v2(raw + Tr::kRawBytes + local_rt * 256 + lane * 8);
         const uint32_t sword = chunk < 2 ? sc.x : sc.y;
         const uint32_t scales = ue5m3_pair_to_bf16x2_scaled(sword, static_cast<uint32_t>(chunk & 1));
-        dequant_a_fragment(w.x, scales, frag[kBuf][0]);
-        dequant_a_fragment(w.y, scales, frag[kBuf][1]);
-        dequant_a_fragment(w.z, scales, frag[kBuf][2]);
-        dequant_a_fragment(w.w, scales, frag[kBuf][3]);
+        dequant_a_fragments(w, scales, frag[kBuf]);
       }
       if constexpr (std::is_same_v<decltype(width), int>) {
         Tr::Widths::issue(width, acc, frag[kBuf], sm90::wgmma_desc_lo_k_sw128(st), ks == 0);
@@ -508,10 +505,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       {
         const uint4 w = ptx::ld_shared_v4(raw + local_rt * 512 + lane * 16);
         const uint32_t scales = ue5m3_pair_to_bf16x2_scaled(sword, 0u);
-        dequant_a_fragment(w.x, scales, frag[0][0]);
-        dequant_a_fragment(w.y, scales, frag[0][1]);
-        dequant_a_fragment(w.z, scales, frag[0][2]);
-        dequant_a_fragment(w.w, scales, frag[0][3]);
+        dequant_a_fragments(w, scales, frag[0]);
       }
       Tr::Widths::issue(width, acc, frag[0], sm90::wgmma_desc_lo_k_sw128(st), ks == 0);
       sm90::wgmma_fence_operands(acc);
@@ -522,10 +516,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       {
         const uint4 w = ptx::ld_shared_v4(raw + Tr::kRawChunkBytes + local_rt * 512 + lane * 16);
         const uint32_t scales = ue5m3_pair_to_bf16x2_scaled(sword, 1u);
-        dequant_a_fragment(w.x, scales, frag[kBufs - 1][0]);
-        dequant_a_fragment(w.y, scales, frag[kBufs - 1][1]);
-        dequant_a_fragment(w.z, scales, frag[kBufs - 1][2]);
-        dequant_a_fragment(w.w, scales, frag[kBufs - 1][3]);
+        dequant_a_fragments(w, scales, frag[kBufs - 1]);
       }
       Tr::Widths::issue(width, acc, frag[kBufs - 1], sm90::wgmma_desc_lo_k_sw128(st + Tr::kBChunkBytes), false);
       sm90::wgmma_fence_operands(acc);
