@@ -21,9 +21,9 @@
 //     into the 4 A fragments of the stage's 4 k steps (the decode family's bit trick) and issues
 //     the 4 wgmma; they run asynchronously while the same warps dequantize the next stage into
 //     the other of two register buffers (one in the 192 x 176 and 256 x 128 tiles: kFragBufs);
-//     a stage of the 256 x 64 tile may hold 128 K (kChunks = 2: per 64-K chunk a token block and
-//     a weight block, dequantized into the two buffers in turn), so that its wait, slot and
-//     release are paid once per 128 K;
+//     a stage of the 256 x 64 tile may hold 128 or 256 K (kChunks = 2 or 4: per 64-K chunk a
+//     token block and a weight block, dequantized into the two buffers in turn), so that its
+//     wait, slot and release are paid once per 128 (256) K;
 //     the unit comes to them through a lane-0 shuffle, so that ptxas keeps their bookkeeping and
 //     the wgmma descriptors in the uniform datapath; the epilogues transpose each 8 x 8
 //     accumulator block across the warp (movmatrix) and store 32-bit words of one token;
@@ -204,7 +204,7 @@ struct W4a16WgmmaTraits {
   static constexpr int kThreads = kT.warps * 32;
   static constexpr int kConsumers = kRows / 64;  // warpgroups of 64 weight rows
   static constexpr int kRowTiles = kRows / 16;
-  // A stage holds kChunks 64-K chunks (one, or two in the 128-K tile): per chunk a block of
+  // A stage holds kChunks 64-K chunks (one; two or four in the 128- and 256-K tiles): per chunk a block of
   // kTokens 128-byte token rows and one of raw weights, kChunks blocks each side by side.
   static constexpr int kChunks = kStageK / 64;
   static constexpr int kBChunkBytes = kTokens * 128;
@@ -230,7 +230,8 @@ struct W4a16WgmmaTraits {
 
   static_assert(kT.family == Family::kW4a16Wgmma, "w4a16_wgmma kernel instantiated for another family");
   static_assert(kRows == 128 || kRows == 192 || kRows == 256, "two to four consumer warpgroups of 64 rows");
-  static_assert(kStageK == 64 || kStageK == 128, "one or two 128-byte swizzled rows of bf16 per token and stage");
+  static_assert(kStageK == 64 || kStageK == 128 || kStageK == 256,
+                "one, two or four 128-byte swizzled rows of bf16 per token and stage (a K group's chunks)");
   static_assert(kT.warps == 4 * (1 + kConsumers), "a producer warpgroup and a consumer warpgroup per 64 rows");
   static_assert(kRows == 128   ? (kTokens == 64 || kTokens == 128 || kTokens == 256)
                 : kRows == 192 ? (kTokens == 144 || kTokens == 176)
@@ -308,10 +309,10 @@ struct W4a16WgmmaTraits {
   // without spilling (16 spilled 24 bytes at 128, 152 at 96; 10 spilled 8 at 80).
   static constexpr int kSlotBatch = kLaunchRegs >= 168 ? 16 : kLaunchRegs >= 128 ? 12 : kLaunchRegs >= 96 ? 10 : 8;
   static constexpr int kFragBufs = (kConsumers == 3 && kTokens > 144) || (kConsumers == 4 && kTokens > 64) ? 1 : 2;
-  // 128 K a stage: the stage's two chunks are dequantized into the two fragment buffers in turn,
-  // one barrier wait, slot and release per 128 K (the per-stage bookkeeping was ~77 of a consumer
-  // warp's 134 instructions a 64-K stage at glm5 T = 1024, docs/PERFORMANCE.md).
-  static_assert(kChunks == 1 || kFragBufs == 2, "a 128-K stage takes two fragment buffers");
+  // 128 or 256 K a stage: the stage's chunks are dequantized into the two fragment buffers in
+  // turn, one barrier wait, slot and release per stage (the per-stage bookkeeping was ~77 of a
+  // consumer warp's 134 instructions a 64-K stage at glm5 T = 1024, docs/PERFORMANCE.md).
+  static_assert(kChunks == 1 || kFragBufs == 2, "a stage of several chunks takes two fragment buffers");
 };
 
 // kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each (two CTAs at
@@ -490,39 +491,36 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       }
     };
 
-    // A 128-K stage (Tr::kChunks == 2): its two chunks in turn, chunk 0 into buffer 0 and chunk 1
-    // into buffer 1, each chunk's 4 wgmma in flight while the next chunk is dequantized, as in
-    // two 64-K stages; the wait for the stage, the slot and the release are paid once. The
-    // previous stage's slot is released once its second chunk's wgmma have retired (the wait
-    // after this stage's first chunk).
-    auto stage_two_chunks = [&](int ks, int width) __attribute__((always_inline)) {
+    // A stage of kChunks 64-K chunks (two: 128 K, four: a whole K group of 256): chunk c is
+    // dequantized into buffer c % 2 and its 4 wgmma stay in flight while chunk c + 1 is
+    // dequantized into the other, as in kChunks 64-K stages; the wait for the stage, the slot
+    // and the release are paid once. The previous stage's slot is released once its last
+    // chunk's wgmma have retired (the wait after this stage's first chunk). The block scales
+    // come with the K group's first chunk: a 128-K stage starts at chunk 0 or 2, a 256-K stage
+    // always at 0.
+    auto stage_chunks = [&](int ks, int width) __attribute__((always_inline)) {
       sm90::mbarrier_wait(&full[slot], phase);
       const uint8_t* st = smem + slot * Tr::kStageBytes;
       const uint8_t* raw = st + Tr::kBBytes;
-      const int chunk = (ks * 2) & 3;  // the stage's first chunk in its K group: 0 or 2
-      if (chunk == 0) sc = ptx::ld_shared_v2(raw + Tr::kRawBytes + local_rt * 256 + lane * 8);
-      const uint32_t sword = chunk == 0 ? sc.x : sc.y;
-      {
-        const uint4 w = ptx::ld_shared_v4(raw + local_rt * 512 + lane * 16);
-        const uint32_t scales = ue5m3_pair_to_bf16x2_scaled(sword, 0u);
-        dequant_a_fragments(w, scales, frag[0]);
-      }
-      Tr::Widths::issue(width, acc, frag[0], sm90::wgmma_desc_lo_k_sw128(st), ks == 0);
-      sm90::wgmma_fence_operands(acc);
-      sm90::wgmma_wait<1>();  // the previous stage's second chunk
+      const int chunk0 = (ks * Tr::kChunks) & 3;
+      if (chunk0 == 0) sc = ptx::ld_shared_v2(raw + Tr::kRawBytes + local_rt * 256 + lane * 8);
+      const uint32_t sword_lo = Tr::kChunks == 4 || chunk0 == 0 ? sc.x : sc.y;
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[kBufs - 1][kk]);
-      if (ks > 0) sm90::mbarrier_arrive(&empty[slot == 0 ? kStages - 1 : slot - 1]);
-      {
-        const uint4 w = ptx::ld_shared_v4(raw + Tr::kRawChunkBytes + local_rt * 512 + lane * 16);
-        const uint32_t scales = ue5m3_pair_to_bf16x2_scaled(sword, 1u);
-        dequant_a_fragments(w, scales, frag[kBufs - 1]);
-      }
-      Tr::Widths::issue(width, acc, frag[kBufs - 1], sm90::wgmma_desc_lo_k_sw128(st + Tr::kBChunkBytes), false);
-      sm90::wgmma_fence_operands(acc);
-      sm90::wgmma_wait<1>();  // this stage's first chunk: buffer 0 is free again
+      for (int c = 0; c < Tr::kChunks; ++c) {
+        const uint32_t sword = c < 2 ? sword_lo : sc.y;  // chunks 2, 3 of a K group: the high word
+        {
+          const uint4 w = ptx::ld_shared_v4(raw + c * Tr::kRawChunkBytes + local_rt * 512 + lane * 16);
+          const uint32_t scales = ue5m3_pair_to_bf16x2_scaled(sword, static_cast<uint32_t>(c & 1));
+          dequant_a_fragments(w, scales, frag[c & 1]);
+        }
+        Tr::Widths::issue(width, acc, frag[c & 1], sm90::wgmma_desc_lo_k_sw128(st + c * Tr::kBChunkBytes),
+                          ks == 0 && c == 0);
+        sm90::wgmma_fence_operands(acc);
+        sm90::wgmma_wait<1>();  // the chunk before this one: its buffer is free again
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[0][kk]);
+        for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[(c + 1) & 1][kk]);
+        if (c == 0 && ks > 0) sm90::mbarrier_arrive(&empty[slot == 0 ? kStages - 1 : slot - 1]);
+      }
       if (++slot == kStages) {
         slot = 0;
         phase ^= 1;
@@ -569,8 +567,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       const int width = Tr::Widths::narrowest(cu.ntok);
       // kBufs stages per trip: the register buffer of each is a compile-time index.
       int ks = 0;
-      if constexpr (Tr::kChunks == 2) {
-        for (; ks < Tr::k_steps(p.k); ++ks) stage_two_chunks(ks, width);
+      if constexpr (Tr::kChunks > 1) {
+        for (; ks < Tr::k_steps(p.k); ++ks) stage_chunks(ks, width);
       } else if constexpr (kBufs == 2) {
         for (; ks + 1 < Tr::k_steps(p.k); ks += 2) {
           stage(std::integral_constant<int, 0>{}, ks, width);
