@@ -43,8 +43,8 @@ BenchReport run_bench(const BenchOptions& o) {
   FP4MOE_CUDA_CHECK(cudaDeviceGetPCIBusId(pci, sizeof(pci), 0));
   ClockMonitor clocks(pci);
   report.clock_monitor_unavailable = clocks.why_unavailable();
-  say("measuring ceilings: read bandwidth, cuBLAS BF16 GEMM");
-  report.ceilings = measure_ceilings(10, &clocks);
+  say("measuring ceilings: read bandwidth, cuBLAS BF16 GEMM (burst, then sustained)");
+  report.ceilings = measure_ceilings(10, &clocks, o.sustain_seconds);
 
   say("generating " + o.config.name + " weights (seeded random NVFP4)");
   SyntheticOptions so;

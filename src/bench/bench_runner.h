@@ -26,6 +26,7 @@ struct BenchOptions {
   int warmup = 5;
   int iters = 30;
   double max_rel_error = 2e-2;  // ours vs baseline; larger fails the run
+  double sustain_seconds = 3;  // > 0: the sustained BF16 ceiling too (Ceilings::bf16_flops_sustained)
   std::optional<Tactic> fc1, fc2;  // fixed tactics instead of the layer's plan
   bool use_tuning_cache = true;     // the layer's plan from the tuning cache where it has one
   std::function<void(const std::string&)> progress;  // one line per step

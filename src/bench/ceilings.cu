@@ -2,6 +2,8 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include <chrono>
+
 #include "bench/ceilings.h"
 #include "bench/cublas_check.h"
 #include "fp4moe/error.h"
@@ -69,32 +71,69 @@ double measure_read_bandwidth(int64_t bytes, int iters) {
   return static_cast<double>(n * 16) / s;
 }
 
-double measure_cublas_bf16_flops(int n, int iters) {
-  const int64_t elems = static_cast<int64_t>(n) * n;
-  DeviceBuffer a(elems * 2), b(elems * 2), c(elems * 2);
-  fill_random_bf16<<<sm_count() * 8, 256>>>(a.get<__nv_bfloat16>(), elems, 1);
-  fill_random_bf16<<<sm_count() * 8, 256>>>(b.get<__nv_bfloat16>(), elems, 2);
-  FP4MOE_CUDA_CHECK_LAUNCH();
-  cublasHandle_t h;
-  FP4MOE_CUBLAS_CHECK(cublasCreate(&h));
-  const float alpha = 1.0f, beta = 0.0f;
-  const double s = median_event_time(3, iters, nullptr, [&] {
-    FP4MOE_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(),
-                                     CUDA_R_16BF, n, b.get(), CUDA_R_16BF, n, &beta, c.get(),
-                                     CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  }, nothing);
-  cublasDestroy(h);
-  return 2.0 * n * static_cast<double>(n) * n / s;
-}
+namespace {
 
-Ceilings measure_ceilings(int iters, ClockMonitor* monitor) {
+// One n x n x n BF16 GEMM (fp32 accumulation) on random data, timed; run() keeps the tensor
+// cores busy for a while first, so that the GPU settles at the clock its power cap allows.
+class Bf16Gemm {
+ public:
+  explicit Bf16Gemm(int n) : n_(n), a_(bytes(n)), b_(bytes(n)), c_(bytes(n)) {
+    const int64_t elems = static_cast<int64_t>(n) * n;
+    fill_random_bf16<<<sm_count() * 8, 256>>>(a_.get<__nv_bfloat16>(), elems, 1);
+    fill_random_bf16<<<sm_count() * 8, 256>>>(b_.get<__nv_bfloat16>(), elems, 2);
+    FP4MOE_CUDA_CHECK_LAUNCH();
+    FP4MOE_CUBLAS_CHECK(cublasCreate(&h_));
+  }
+  ~Bf16Gemm() { cublasDestroy(h_); }
+  Bf16Gemm(const Bf16Gemm&) = delete;
+  Bf16Gemm& operator=(const Bf16Gemm&) = delete;
+
+  void run() {
+    const float alpha = 1.0f, beta = 0.0f;
+    FP4MOE_CUBLAS_CHECK(cublasGemmEx(h_, CUBLAS_OP_N, CUBLAS_OP_N, n_, n_, n_, &alpha, a_.get(), CUDA_R_16BF, n_,
+                                     b_.get(), CUDA_R_16BF, n_, &beta, c_.get(), CUDA_R_16BF, n_,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  // Back-to-back GEMMs for `seconds` of wall time (batches of 16 between host checks).
+  void run_for(double seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
+      for (int i = 0; i < 16; ++i) run();
+      FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+  }
+  double flops_per_s(int warmup, int iters) {
+    const double s = median_event_time(warmup, iters, nullptr, [&] { run(); }, nothing);
+    return 2.0 * n_ * static_cast<double>(n_) * n_ / s;
+  }
+
+ private:
+  static int64_t bytes(int n) { return static_cast<int64_t>(n) * n * 2; }
+  int n_;
+  DeviceBuffer a_, b_, c_;
+  cublasHandle_t h_ = nullptr;
+};
+
+}  // namespace
+
+double measure_cublas_bf16_flops(int n, int iters) { return Bf16Gemm(n).flops_per_s(3, iters); }
+
+Ceilings measure_ceilings(int iters, ClockMonitor* monitor, double sustain_seconds) {
   Ceilings c;
   c.read_buffer_bytes = int64_t{4} << 30;  // 4 GiB: 70x the H200's L2
   c.gemm_size = 8192;
   c.read_bytes_per_s = measure_read_bandwidth(c.read_buffer_bytes, iters);
+  Bf16Gemm gemm(c.gemm_size);
   if (monitor) monitor->start();
-  c.bf16_flops = measure_cublas_bf16_flops(c.gemm_size, iters);
+  c.bf16_flops = gemm.flops_per_s(3, iters);
   if (monitor) c.bf16_clock = monitor->stop();
+  if (sustain_seconds > 0) {
+    gemm.run_for(sustain_seconds);
+    if (monitor) monitor->start();
+    c.bf16_flops_sustained = gemm.flops_per_s(0, 3 * iters);
+    if (monitor) c.bf16_sustained_clock = monitor->stop();
+    c.sustain_seconds = sustain_seconds;
+  }
   return c;
 }
 

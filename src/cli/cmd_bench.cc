@@ -40,6 +40,7 @@ struct BenchArgs {
   int64_t cpu_max_tokens = 4;
   std::string fc1, fc2;  // tactic overrides
   bool no_cache = false;
+  double sustain_seconds = 3;
   int tp = 0;  // > 1: the tensor-parallel benchmark over this many GPUs
   int ep = 0;  // > 1: the expert-parallel one
 };
@@ -101,6 +102,12 @@ nlohmann::json clock_json(const ClockSample& c) {
           {"samples", c.samples}};
 }
 
+std::string fmt_pct(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f%%", v);
+  return buf;
+}
+
 // "1650 MHz (1590-1980, sw power cap)"
 std::string clock_text(const std::optional<ClockSample>& c) {
   if (!c) return "n/a";
@@ -122,6 +129,7 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
   o.iters = a.iters;
   o.warmup = a.warmup;
   o.use_tuning_cache = !a.no_cache;
+  o.sustain_seconds = a.sustain_seconds;
   if (!a.fc1.empty()) o.fc1 = parse_tactic(a.fc1);
   if (!a.fc2.empty()) o.fc2 = parse_tactic(a.fc2);
   const bool tty = isatty(fileno(stderr));
@@ -139,6 +147,12 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
   else
     std::printf("SM clock: not sampled (%s)\n", r.clock_monitor_unavailable.empty()
                                                    ? "no samples" : r.clock_monitor_unavailable.c_str());
+  const double sustained = r.ceilings.bf16_flops_sustained;
+  if (sustained > 0)
+    std::printf("BF16 tensor sustained: %.1f TFLOPS (%.0f%% of the burst) after %.0f s of the same GEMM, SM clock %s; "
+                "\"%%sust\" below: a layer's TFLOPS against it\n",
+                sustained / 1e12, 100.0 * sustained / r.ceilings.bf16_flops, r.ceilings.sustain_seconds,
+                clock_text(r.ceilings.bf16_sustained_clock).c_str());
   std::printf("timing: median of %d %s after %d warm-up, %s L2; baseline: cuBLAS BF16 (routing "
               "prepared on the host, not timed)\n\n",
               o.iters, o.graph ? "CUDA-graph replays" : "launches", o.warmup, o.cold_l2 ? "cold" : "warm");
@@ -159,6 +173,9 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
     if (w.ours_clock)
       std::printf("%6s   SM clock: ours %s%s%s\n", "", clock_text(w.ours_clock).c_str(),
                   w.has_baseline ? ", cuBLAS " : "", w.has_baseline ? clock_text(w.baseline_clock).c_str() : "");
+    if (sustained > 0 && !w.floor.memory_bound)
+      std::printf("%6s   %%sust: ours %.1f%%%s of the sustained BF16 rate\n", "", 100.0 * w.ours.tflops * 1e12 / sustained,
+                  w.has_baseline ? (", cuBLAS " + fmt_pct(100.0 * w.baseline.tflops * 1e12 / sustained)).c_str() : "");
     nlohmann::json j = {{"tokens", w.tokens},
                         {"cost", cost_json(w.cost, w.floor)},
                         {"ours", {{"median_us", w.ours.median_us}, {"gbs", w.ours.gbs},
@@ -168,12 +185,14 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
                                   {"plan", w.plan_source},
                                   {"stages_us", {{"routing", w.routing_us}, {"fc1", w.fc1_us}, {"fc2", w.fc2_us}}}}}};
     if (w.ours_clock) j["ours"]["clock"] = clock_json(*w.ours_clock);
+    if (sustained > 0) j["ours"]["pct_sustained_bf16"] = 100.0 * w.ours.tflops * 1e12 / sustained;
     if (w.has_baseline) {
       j["baseline"] = {{"median_us", w.baseline.median_us}, {"gbs", w.baseline.gbs},
                        {"tflops", w.baseline.tflops}, {"pct_floor", w.baseline.pct_floor},
                        {"x_floor", w.baseline.x_floor}, {"method", w.baseline_method},
                        {"speedup", w.speedup}, {"rel_error", w.rel_error_vs_baseline}};
       if (w.baseline_clock) j["baseline"]["clock"] = clock_json(*w.baseline_clock);
+      if (sustained > 0) j["baseline"]["pct_sustained_bf16"] = 100.0 * w.baseline.tflops * 1e12 / sustained;
     }
     rows.push_back(j);
   }
@@ -181,6 +200,11 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
                              {"bf16_tflops", r.ceilings.bf16_flops / 1e12},
                              {"source", "measured"}};
   if (r.ceilings.bf16_clock) ceilings["bf16_clock"] = clock_json(*r.ceilings.bf16_clock);
+  if (sustained > 0) {
+    ceilings["bf16_sustained_tflops"] = sustained / 1e12;
+    ceilings["bf16_sustain_seconds"] = r.ceilings.sustain_seconds;
+    if (r.ceilings.bf16_sustained_clock) ceilings["bf16_sustained_clock"] = clock_json(*r.ceilings.bf16_sustained_clock);
+  }
   if (!a.json.empty())
     write_json(a.json, {{"schema", "fp4moe-bench/1"}, {"version", FP4MOE_VERSION},
                         {"gpu", gpu_json(r.gpu)}, {"config", config_json(cfg)},
@@ -305,6 +329,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--fc1", a->fc1, "Fixed FC1 tactic (e.g. w4a16_mma:m128n8k256:s4:w8:sk1:swiglu)");
   cmd->add_option("--fc2", a->fc2, "Fixed FC2 tactic (epilogue finalize)");
   cmd->add_flag("--no-cache", a->no_cache, "Ignore the tuning cache: the heuristic plan only");
+  cmd->add_option("--sustain-seconds", a->sustain_seconds,
+                  "Seconds of back-to-back BF16 GEMMs before the sustained (power-capped) ceiling is timed; 0: skip it")
+      ->check(CLI::Range(0.0, 60.0));
   cmd->add_option("--cpu-max-tokens", a->cpu_max_tokens, "Without a GPU: time the CPU reference up to this T");
   cmd->add_option("--tp", a->tp, "Tensor parallel over this many GPUs (one process each, NCCL): GEMMs vs all-reduce")
       ->check(CLI::Range(2, 64));
