@@ -38,8 +38,11 @@ inline bool narrow_experts(const MoeConfig& cfg) { return cfg.intermediate < kWi
 // starts lower: both GEMMs forced against the dispatched decode tile (m256n16k256:s2:w8), two
 // rounds in one call (layer us): glm5 T = 320 (10 per expert) 1756/1648 against 1677/1681 (level),
 // T = 384 (12) 1759/1694 against 1841/1844, T = 448 (14) 1703/1716 against 2242/2024; glm5-tp8
-// T = 512 (16) 336/337 against 373/373, T = 640 (20) 378/379 against 439/441.
-inline constexpr double kPrefillMinTokens = 12;
+// T = 512 (16) 336/337 against 373/373, T = 640 (20) 378/379 against 439/441. With 256 K a
+// stage (m256n64k256:s3:w20) it starts at 10 per expert on wide experts: glm5 T = 320
+// 1582/1657 against the decode tile's 1692/1687, T = 256 (8) 1565/1558 against 1560/1565
+// (level); glm5-tp8 T = 384 (12) 318/319 against 302/302 (narrow experts keep 16).
+inline constexpr double kPrefillMinTokens = 10;
 inline constexpr double kPrefillMinTokensNarrow = 16;
 inline constexpr double kPrefillN128MinTokens = 56;
 inline constexpr double kPrefillN256MinTokens = 96;
@@ -64,11 +67,18 @@ inline constexpr double kPrefillWideRowsSpillMinTokens = 160;
 inline constexpr double kPrefillWideRowsSpillMaxTokens = 240;
 inline constexpr double kPrefillWideRowsMaxPadding = 0.05;
 
-// Four consumer warpgroups: below kPrefillN128MinTokens the 256-row, 64-token tile with 128 K a
-// stage (m256n64k128:s6:w20, one CTA per SM sharing each token tile among 256 rows; the stage's
-// wait, slot and release paid once per 128 K) replaces the two-CTA 128-row one where its rows pad
-// by at most kPrefillWideRowsMaxPadding more (glm5 and glm5-tp8: none), FC2 of narrow experts
-// included. Against its 64-K form (m256n64k64:s10:w20), both GEMMs forced, three rounds in one
+// Four consumer warpgroups: below kPrefillN128MinTokens the 256-row, 64-token tile with 256 K a
+// stage (m256n64k256:s3:w20, one CTA per SM sharing each token tile among 256 rows; the stage's
+// wait, slot and release paid once per K group) replaces the two-CTA 128-row one where its rows
+// pad by at most kPrefillWideRowsMaxPadding more (glm5 and glm5-tp8: none); FC2 of narrow
+// experts (K below 1024: a unit of one or two such stages) takes it with 128 K a stage
+// (m256n64k128:s6:w20). Against the 128-K form, both GEMMs forced, two and three rounds in two
+// calls (H200, per GEMM in plain launches): glm5 FC1 -7% at 12 tokens per expert, -6% at 16 and
+// 32, -5% at 24, -3% at 48; FC2 -5%, -4%, -4%, -3.5%, -2.5%; the layer at T = 1024 1956/2107/2068
+// us against 2217/2056/2201 (the graph's time there is bimodal), T = 512 1650/1645 against
+// 1906/1744; glm5-tp8 FC1 -4% at 16 to 32 (layer T = 1024 420.4/420.7 against 430.3/429.3). At 56
+// (glm5 T = 1792) FC1 3% faster than the 256 x 128 tile below, FC2 1%, the layer level; from 64 on
+// 6-13% slower. The 128-K form against its 64-K one (m256n64k64:s10:w20), three rounds in one
 // call (H200, layer us): glm5 T = 512 1699/1699/1694 against 1984/1985/1984, T = 768 -12%, T = 1024
 // 2073/2180/2026 against 2209/2202/2221 (FC1 -10%, FC2 -10%), T = 1536 -5 to -10%; glm5-tp8
 // T = 768 -8%, 1024 -8% (FC2 182 against 196 us for the two-CTA tile then dispatched), 1536 -6%.

@@ -26,8 +26,9 @@ Tactic decode_tactic(int tokens, double mean, bool narrow, Epilogue ep) {
 
 // The prefill family's tactic for a mean of `mean` tokens per expert: 64-token tiles (four
 // consumer warpgroups per SM hide each other's per-stage chains, which bound the short wgmma of
-// few tokens per expert: one CTA of 256 rows sharing its token tile, 6 stages of 128 K, or two
-// CTAs of 128 rows, 7 stages of 64 K each), 128 (9 stages) or 256 (5 stages), about 195-207 KB of shared memory
+// few tokens per expert: one CTA of 256 rows sharing its token tile, 3 stages of 256 K (6 of 128
+// for narrow experts' FC2, whose K is a single K group), or two CTAs of 128 rows, 7 stages of
+// 64 K each), 128 (9 stages) or 256 (5 stages), about 195-207 KB of shared memory
 // per SM each; in between, where their rows fit the GEMM's, the 256 x 128 tile (four consumer
 // warpgroups, 7 stages, 198 KB) and the 192 x 144 and 192 x 176 tiles (three, 7 stages, 185 and
 // 220 KB).
@@ -38,7 +39,9 @@ Tactic prefill_tactic(const MoeConfig& cfg, double mean, Epilogue ep) {
     return padded(block) <= padded(128) * (1.0 + kPrefillWideRowsMaxPadding);
   };
   const bool narrow_fc2 = ep == Epilogue::kFinalize && narrow_experts(cfg);
-  if (mean < kPrefillN128MinTokens && rows_fit(256)) return Tactic{Family::kW4a16Wgmma, 256, 64, 128, 6, 20, 1, ep, false};
+  if (mean < kPrefillN128MinTokens && rows_fit(256))
+    return narrow_fc2 ? Tactic{Family::kW4a16Wgmma, 256, 64, 128, 6, 20, 1, ep, false}
+                      : Tactic{Family::kW4a16Wgmma, 256, 64, 256, 3, 20, 1, ep, false};
   if (mean >= kPrefillN128MinTokens && rows_fit(256) && (mean < kPrefillFourWarpgroupsN128MaxTokens || narrow_fc2))
     return Tactic{Family::kW4a16Wgmma, 256, 128, 64, 7, 20, 1, ep, false};
   if (mean >= kPrefillFourWarpgroupsN128MaxTokens && mean < kPrefillThreeWarpgroupsN144MaxTokens && rows_fit(192))

@@ -39,17 +39,17 @@ TEST(Heuristic, PlansOnTheH200) {
   EXPECT_EQ(fc2(1), "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
   EXPECT_EQ(fc2(128), "w4a16_mma:m256n8k256:s2:w8:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 383, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
-  EXPECT_EQ(fc2(383), "w4a16_mma:m256n16k256:s2:w8:sk1:finalize");
-  // From 12 tokens per expert the prefill family (sm_90a): 64-token tiles of 256 rows (four
-  // consumer warpgroups, 128 K a stage), 128 from 56, 256 from 96.
-  EXPECT_EQ(fc1(glm5, 384, "h200"), "w4a16_wgmma:m256n64k128:s6:w20:sk1:swiglu");
-  EXPECT_EQ(fc2(384), "w4a16_wgmma:m256n64k128:s6:w20:sk1:finalize");
-  EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_wgmma:m256n64k128:s6:w20:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 319, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
+  EXPECT_EQ(fc2(319), "w4a16_mma:m256n16k256:s2:w8:sk1:finalize");
+  // From 10 tokens per expert the prefill family (sm_90a): 64-token tiles of 256 rows (four
+  // consumer warpgroups, 256 K a stage), 128 from 56, 256 from 96.
+  EXPECT_EQ(fc1(glm5, 320, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu");
+  EXPECT_EQ(fc2(320), "w4a16_wgmma:m256n64k256:s3:w20:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu");
   // Narrow experts (glm5-tp8, I = 256) from 16.
   const MoeConfig tp8 = MoeConfig::preset("glm5-tp8");
   EXPECT_EQ(fc1(tp8, 511, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
-  EXPECT_EQ(fc1(tp8, 512, "h200"), "w4a16_wgmma:m256n64k128:s6:w20:sk1:swiglu");
+  EXPECT_EQ(fc1(tp8, 512, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu");
   // Narrow experts: the small-batch family for one to three tokens, then the 8-token tile with 2
   // stages at every T it covers (256 rows from T = 5).
   EXPECT_EQ(fc1(tp8, 1, "h200"), "w4a16_gemv:m16n8k256:s2:w6:sk1:swiglu");
@@ -60,14 +60,14 @@ TEST(Heuristic, PlansOnTheH200) {
   EXPECT_EQ(fc1(tp8, 5, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 192, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(tp8, 64, resolve_gpu("h200")).fc2), "w4a16_mma:m256n8k256:s2:w8:sk1:finalize");
-  EXPECT_EQ(fc1(tp8, 768, "h200"), "w4a16_wgmma:m256n64k128:s6:w20:sk1:swiglu");
-  // Narrow experts' FC2 (K = 256: two 128-K stages a unit) takes it too.
+  EXPECT_EQ(fc1(tp8, 768, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu");
+  // Narrow experts' FC2 (K = 256: a single K group) takes it with 128 K a stage (two a unit).
   EXPECT_EQ(format_tactic(heuristic_plan(tp8, 768, resolve_gpu("h200")).fc2),
             "w4a16_wgmma:m256n64k128:s6:w20:sk1:finalize");
-  EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_wgmma:m256n64k128:s6:w20:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1024, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m256n64k128:s6:w20:sk1:finalize");
-  EXPECT_EQ(fc1(glm5, 1791, "h200"), "w4a16_wgmma:m256n64k128:s6:w20:sk1:swiglu");
+            "w4a16_wgmma:m256n64k256:s3:w20:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 1791, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu");
   // Means 56..103: the four-warpgroup 256 x 128 tile where its rows fit; from 104 the
   // three-warpgroup 192-row tiles where their rows fit (glm5 FC1: 4096 rows, 3% padding; FC2:
   // 6144, none), not for glm5-tp8's 512-row FC1 (12.5%).
