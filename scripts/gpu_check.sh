@@ -90,8 +90,10 @@ if has families; then
       --json "$out/fam_dispatched_$round.json" > /dev/null 2>&1
     for t in w4a16_mma:m128n8k256:s3:w4:sk1 w4a16_mma:m256n8k256:s2:w8:sk1 w4a16_mma:m128n16k256:s2:w4:sk1 \
              w4a16_mma:m256n16k256:s2:w8:sk1 w4a16_mma:m128n32k256:s3:w4:sk1 \
-             w4a16_mma:m128n64k256:s3:w8:sk1 w4a16_wgmma:m128n64k64:s14:w12:sk1 w4a16_wgmma:m128n64k64:s7:w12:sk1 w4a16_wgmma:m256n64k64:s10:w20:sk1 w4a16_wgmma:m256n128k64:s7:w20:sk1 \
-             w4a16_wgmma:m128n128k64:s9:w12:sk1 w4a16_wgmma:m192n144k64:s7:w16:sk1 w4a16_wgmma:m192n176k64:s7:w16:sk1 \
+             w4a16_mma:m128n64k256:s3:w8:sk1 w4a16_wgmma:m128n64k64:s14:w12:sk1 w4a16_wgmma:m128n64k64:s7:w12:sk1 \
+             w4a16_wgmma:m256n64k64:s10:w20:sk1 w4a16_wgmma:m256n64k128:s6:w20:sk1 w4a16_wgmma:m256n64k256:s3:w20:sk1 \
+             w4a16_wgmma:m256n128k64:s7:w20:sk1 w4a16_wgmma:m128n128k64:s9:w12:sk1 w4a16_wgmma:m192n144k64:s7:w16:sk1 \
+             w4a16_wgmma:m192n176k64:s7:w16:sk1 w4a16_wgmma:m192n176k128:s3:w16:sk1 \
              w4a16_wgmma:m128n256k64:s5:w12:sk1; do
       timeout 200 "$bin/fp4moe" bench --preset glm5 --tokens $ts --no-cache --no-baseline --fc1 "$t:swiglu" \
         --fc2 "$t:finalize" --json "$out/fam_$(echo "$t" | tr ':' '_')_$round.json" > /dev/null 2>&1

@@ -48,7 +48,7 @@ inline constexpr double kPrefillN128MinTokens = 56;
 inline constexpr double kPrefillN256MinTokens = 96;
 
 // Three consumer warpgroups: from kPrefillN128MinTokens (from kPrefillThreeWarpgroupsN144MaxTokens
-// where the 256 x 128 and 192 x 144 tiles below take the means under it) the 192-row, 176-token tile (m192n176:s7:w16) replaces the 128- and
+// where the 256 x 128 and 192 x 144 tiles below take the means under it) the 192-row, 176-token tile (m192n176k128:s3:w16) replaces the 128- and
 // 256-token ones for a GEMM whose rows it pads by at most kPrefillWideRowsMaxPadding more than
 // the 128-row tiles do (glm5: FC1's 4096 rows 3%, FC2's 6144 none; glm5-tp8's FC1, 512 rows,
 // 12.5%: not there), at every mean above - except, for a GEMM whose rows it does pad, from
@@ -62,7 +62,12 @@ inline constexpr double kPrefillN256MinTokens = 96;
 // 384 and 512. Before (plain launches per GEMM against the tiles then dispatched): glm5 FC2 -5%
 // at 56-80, -7.5% at 96, -6% at 128; FC1 level at 56-80, -4% at 96, -2.5% at 128; glm5-tp8 FC2
 // -15% at 56-96 but 13% slower than the two-CTA 64-token tile at 48; glm5-tp8 FC1 (12.5%
-// padding) 4-12% slower everywhere.
+// padding) 4-12% slower everywhere. The tile takes 128 K a stage (m192n176k128:s3:w16: its one
+// fragment buffer refilled once per 64-K chunk, the stage's wait, slot and release once per two
+// chunks, the width chosen once per unit): both GEMMs forced against its 64-K form
+// (m192n176k64:s7), two rounds in one call (H200, glm5, per GEMM in plain launches): FC1 -3% at a
+// mean of 128 (T = 4096), -2.5% at 256, -1.5% at 512; FC2 -2%, -2%, -1%; the layer at T = 4096
+// 4726/4914 us against 4955/5053, T = 16384 17738/17795 against 18097/18094.
 inline constexpr double kPrefillWideRowsSpillMinTokens = 160;
 inline constexpr double kPrefillWideRowsSpillMaxTokens = 240;
 inline constexpr double kPrefillWideRowsMaxPadding = 0.05;

@@ -51,7 +51,7 @@ Tactic prefill_tactic(const MoeConfig& cfg, double mean, Epilogue ep) {
   const bool spills_past_176 = padded(192) > padded(128) && mean >= kPrefillWideRowsSpillMinTokens &&
                                mean < kPrefillWideRowsSpillMaxTokens;
   if (mean >= kPrefillN128MinTokens && rows_fit(192) && !spills_past_176)
-    return Tactic{Family::kW4a16Wgmma, 192, 176, 64, 7, 16, 1, ep, false};
+    return Tactic{Family::kW4a16Wgmma, 192, 176, 128, 3, 16, 1, ep, false};
   const int tokens = mean < kPrefillN128MinTokens ? 64 : mean < kPrefillN256MinTokens ? 128 : 256;
   const int stages = tokens == 64 ? 7 : tokens == 128 ? 9 : 5;
   return Tactic{Family::kW4a16Wgmma, 128, tokens, 64, stages, 12, 1, ep, false};

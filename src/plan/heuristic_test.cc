@@ -80,19 +80,19 @@ TEST(Heuristic, PlansOnTheH200) {
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 3328, resolve_gpu("h200")).fc2),
             "w4a16_wgmma:m192n144k64:s7:w16:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 3583, "h200"), "w4a16_wgmma:m192n144k64:s7:w16:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 3584, "h200"), "w4a16_wgmma:m192n176k64:s7:w16:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 3584, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 3584, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m192n176k64:s7:w16:sk1:finalize");
-  EXPECT_EQ(fc1(glm5, 5119, "h200"), "w4a16_wgmma:m192n176k64:s7:w16:sk1:swiglu");
+            "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 5119, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:swiglu");
   // 160..239: glm5's FC1 (its rows padded by the 192-row blocks) takes the 256-token tile, where
   // most experts would spill just past 176 tokens; FC2 (no padding) stays on 192 x 176.
   EXPECT_EQ(fc1(glm5, 5120, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 5120, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m192n176k64:s7:w16:sk1:finalize");
+            "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 7679, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 7680, "h200"), "w4a16_wgmma:m192n176k64:s7:w16:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 7680, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 16384, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m192n176k64:s7:w16:sk1:finalize");
+            "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
   EXPECT_EQ(fc1(tp8, 2048, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 3328, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
   // Narrow experts' FC2 (K = 256) takes the 256 x 128 tile at every mean from 56.
@@ -100,7 +100,7 @@ TEST(Heuristic, PlansOnTheH200) {
             "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
   EXPECT_EQ(format_tactic(heuristic_plan(tp8, 16384, resolve_gpu("h200")).fc2),
             "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
-  EXPECT_EQ(fc1(glm5, 65536, "h200"), "w4a16_wgmma:m192n176k64:s7:w16:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 65536, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 65536, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");  // 512 rows: 12.5% padding
 }
 

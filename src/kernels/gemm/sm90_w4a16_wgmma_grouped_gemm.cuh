@@ -22,8 +22,9 @@
 //     the 4 wgmma; they run asynchronously while the same warps dequantize the next stage into
 //     the other of two register buffers (one in the 192 x 176 and 256 x 128 tiles: kFragBufs);
 //     a stage of the 256 x 64 tile may hold 128 or 256 K (kChunks = 2 or 4: per 64-K chunk a
-//     token block and a weight block, dequantized into the two buffers in turn), so that its
-//     wait, slot and release are paid once per 128 (256) K;
+//     token block and a weight block, dequantized into the two buffers in turn), one of the
+//     192 x 176 tile 128 K (its one buffer refilled per chunk, once the chunk's wgmma have
+//     retired), so that the stage's wait, slot and release are paid once per 128 (256) K;
 //     the unit comes to them through a lane-0 shuffle, so that ptxas keeps their bookkeeping and
 //     the wgmma descriptors in the uniform datapath; the epilogues transpose each 8 x 8
 //     accumulator block across the warp (movmatrix) and store 32-bit words of one token;
@@ -310,9 +311,11 @@ struct W4a16WgmmaTraits {
   static constexpr int kSlotBatch = kLaunchRegs >= 168 ? 16 : kLaunchRegs >= 128 ? 12 : kLaunchRegs >= 96 ? 10 : 8;
   static constexpr int kFragBufs = (kConsumers == 3 && kTokens > 144) || (kConsumers == 4 && kTokens > 64) ? 1 : 2;
   // 128 or 256 K a stage: the stage's chunks are dequantized into the two fragment buffers in
-  // turn, one barrier wait, slot and release per stage (the per-stage bookkeeping was ~77 of a
+  // turn (with one buffer, the 192 x 176 tile: into it, each once the chunk before has retired),
+  // one barrier wait, slot and release per stage (the per-stage bookkeeping was ~77 of a
   // consumer warp's 134 instructions a 64-K stage at glm5 T = 1024, docs/PERFORMANCE.md).
-  static_assert(kChunks == 1 || kFragBufs == 2, "a stage of several chunks takes two fragment buffers");
+  static_assert(kChunks == 1 || kFragBufs == 2 || kConsumers == 3,
+                "a stage of several chunks: two fragment buffers, or one where the width is chosen once per unit");
 };
 
 // kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each (two CTAs at
@@ -498,7 +501,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
     // chunk's wgmma have retired (the wait after this stage's first chunk). The block scales
     // come with the K group's first chunk: a 128-K stage starts at chunk 0 or 2, a 256-K stage
     // always at 0.
-    auto stage_chunks = [&](int ks, int width) __attribute__((always_inline)) {
+    auto stage_chunks = [&](int ks, auto width) __attribute__((always_inline)) {
       sm90::mbarrier_wait(&full[slot], phase);
       const uint8_t* st = smem + slot * Tr::kStageBytes;
       const uint8_t* raw = st + Tr::kBBytes;
@@ -507,20 +510,27 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       const uint32_t sword_lo = Tr::kChunks == 4 || chunk0 == 0 ? sc.x : sc.y;
 #pragma unroll
       for (int c = 0; c < Tr::kChunks; ++c) {
+        const int buf = c % kBufs;
         const uint32_t sword = c < 2 ? sword_lo : sc.y;  // chunks 2, 3 of a K group: the high word
         {
           const uint4 w = ptx::ld_shared_v4(raw + c * Tr::kRawChunkBytes + local_rt * 512 + lane * 16);
           const uint32_t scales = ue5m3_pair_to_bf16x2_scaled(sword, static_cast<uint32_t>(c & 1));
-          dequant_a_fragments(w, scales, frag[c & 1]);
+          dequant_a_fragments(w, scales, frag[buf]);
         }
-        Tr::Widths::issue(width, acc, frag[c & 1], sm90::wgmma_desc_lo_k_sw128(st + c * Tr::kBChunkBytes),
-                          ks == 0 && c == 0);
+        const uint32_t desc_lo = sm90::wgmma_desc_lo_k_sw128(st + c * Tr::kBChunkBytes);
+        if constexpr (std::is_same_v<decltype(width), int>)
+          Tr::Widths::issue(width, acc, frag[buf], desc_lo, ks == 0 && c == 0);
+        else
+          Tr::Widths::template issue_at<decltype(width)::value>(acc, frag[buf], desc_lo, ks == 0 && c == 0);
         sm90::wgmma_fence_operands(acc);
-        sm90::wgmma_wait<1>();  // the chunk before this one: its buffer is free again
+        // Two buffers: the chunk before this one has retired, its buffer is free again. One: this
+        // chunk has (the other warpgroups' wgmma keep the tensor pipe busy meanwhile).
+        sm90::wgmma_wait<kBufs - 1>();
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[(c + 1) & 1][kk]);
-        if (c == 0 && ks > 0) sm90::mbarrier_arrive(&empty[slot == 0 ? kStages - 1 : slot - 1]);
+        for (int kk = 0; kk < 4; ++kk) sm90::wgmma_fence_operands(frag[(c + 1) % kBufs][kk]);
+        if (kBufs == 2 && c == 0 && ks > 0) sm90::mbarrier_arrive(&empty[slot == 0 ? kStages - 1 : slot - 1]);
       }
+      if (kBufs == 1) sm90::mbarrier_arrive(&empty[slot]);
       if (++slot == kStages) {
         slot = 0;
         phase ^= 1;
@@ -567,7 +577,13 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       const int width = Tr::Widths::narrowest(cu.ntok);
       // kBufs stages per trip: the register buffer of each is a compile-time index.
       int ks = 0;
-      if constexpr (Tr::kChunks > 1) {
+      if constexpr (Tr::kChunks > 1 && kBufs == 1) {
+        // As below: the width once per unit, the unit's K loop compiled per width.
+        Tr::Widths::dispatch(cu.ntok, [&](auto wi) __attribute__((always_inline)) {
+#pragma unroll 1
+          for (; ks < Tr::k_steps(p.k); ++ks) stage_chunks(ks, wi);
+        });
+      } else if constexpr (Tr::kChunks > 1) {
         for (; ks < Tr::k_steps(p.k); ++ks) stage_chunks(ks, width);
       } else if constexpr (kBufs == 2) {
         for (; ks + 1 < Tr::k_steps(p.k); ks += 2) {

@@ -11,7 +11,7 @@ namespace fp4moe::kernels {
 
 // 128 weight rows and 12 warps (a producer and two consumer warpgroups), 192 and 16 (three
 // consumer warpgroups; 144 or 176 tokens) or 256 and 20 (four; 64 or 128 tokens), 64 K a stage
-// (the 256 x 64 tile also 128 or 256: WgmmaShape::k). The stages fill
+// (the 256 x 64 tile also 128 or 256, the 192 x 176 one 128: WgmmaShape::k). The stages fill
 // about 195-207 KB (the deeper ring hides the copy latency of a loaded memory system; the rest
 // of 227 KB is left to the scheduler's per-expert prefix, 4 KB for the most groups a layer may
 // have: 8 stages of the 256 x 128 tile would not leave it), or, with 7 stages of 128 x 64, half
@@ -23,7 +23,7 @@ struct WgmmaShape {
   int k = 64;  // K a stage: one 128-byte swizzled row of bf16 per 64 (64, 128 or 256)
 };
 
-inline constexpr std::array<WgmmaShape, 10> kWgmmaShapes{{{128, 64, 14},
+inline constexpr std::array<WgmmaShape, 11> kWgmmaShapes{{{128, 64, 14},
                                                           {128, 64, 7},
                                                           {256, 64, 10},
                                                           {256, 64, 6, 128},
@@ -32,6 +32,7 @@ inline constexpr std::array<WgmmaShape, 10> kWgmmaShapes{{{128, 64, 14},
                                                           {128, 128, 9},
                                                           {192, 144, 7},
                                                           {192, 176, 7},
+                                                          {192, 176, 3, 128},
                                                           {128, 256, 5}}};
 
 // The tactic of a shape: a producer warpgroup and one consumer warpgroup per 64 rows, no
