@@ -3,7 +3,8 @@
 
 usage: bench_json_test.py FP4MOE_BINARY SOURCE_DIR
   - the recorded H200 run (tests/data/bench_h200_glm5.json) follows schema fp4moe-bench/1 and
-    its accounting agrees with the roofline formula;
+    its accounting agrees with the roofline formula (the sustained BF16 ceiling and each row's
+    share of it included);
   - `fp4moe bench` without a GPU writes a file of the same schema;
   - the plot script draws both files;
   - scripts/compare_families.py passes a dispatched run equal to its families, flags one that a
@@ -42,6 +43,13 @@ def validate(d, name, gpu_run):
     if "bf16_clock" in c:
         validate_clock(c["bf16_clock"], f"{name}: ceilings.bf16_clock")
     check(c["source"] in ("measured", "datasheet"), f"{name}: ceiling source")
+    sustained = c.get("bf16_sustained_tflops", 0)
+    if sustained:
+        # The power-capped rate of the same GEMM: below the burst (within noise), not far below.
+        check(0.5 * c["bf16_tflops"] < sustained < 1.05 * c["bf16_tflops"], f"{name}: sustained ceiling {sustained}")
+        check(c.get("bf16_sustain_seconds", 0) > 0, f"{name}: bf16_sustain_seconds")
+        if "bf16_sustained_clock" in c:
+            validate_clock(c["bf16_sustained_clock"], f"{name}: ceilings.bf16_sustained_clock")
     check(len(d["rows"]) > 0, f"{name}: no rows")
     prev = 0
     for r in d["rows"]:
@@ -65,6 +73,9 @@ def validate(d, name, gpu_run):
             check(o["path"] == "gpu" and o["median_us"] > 0, f"{name} T={t}: ours")
             check(abs(o["x_floor"] * cost["floor_us"] - o["median_us"]) <= 1e-6 * o["median_us"], f"{name}: x_floor")
             check(set(o["stages_us"]) == {"routing", "fc1", "fc2"}, f"{name}: stages")
+            if sustained:
+                pct = 100 * o["tflops"] / sustained
+                check(abs(o.get("pct_sustained_bf16", -1) - pct) <= 1e-6 * pct, f"{name} T={t}: pct_sustained_bf16")
             if "clock" in o:
                 validate_clock(o["clock"], f"{name} T={t}: ours.clock")
             b = r["baseline"]
