@@ -13,7 +13,8 @@ namespace fp4moe {
 
 // Experts narrower than this (the intermediate size I, FC2's K: glm5-tp8's 256) take the
 // prefill family later (kPrefillMinTokensNarrow) and the decode family's 8-token tile with 2
-// stages at every mean (kDecodeTwoStagesMaxMean): both rules measured on glm5 (I = 2048)
+// stages at every mean (kDecodeTwoStagesMaxMean), and their FC2 (K = I, a single K group) the
+// 256 x 64 tile with 128 K a stage rather than 256: the rules measured on glm5 (I = 2048)
 // against glm5-tp8.
 inline constexpr int64_t kWideExpert = 1024;
 inline bool narrow_experts(const MoeConfig& cfg) { return cfg.intermediate < kWideExpert; }
