@@ -116,8 +116,6 @@ class Bf16Gemm {
 
 }  // namespace
 
-double measure_cublas_bf16_flops(int n, int iters) { return Bf16Gemm(n).flops_per_s(3, iters); }
-
 Ceilings measure_ceilings(int iters, ClockMonitor* monitor, double sustain_seconds) {
   Ceilings c;
   c.read_buffer_bytes = int64_t{4} << 30;  // 4 GiB: 70x the H200's L2

@@ -30,7 +30,6 @@ struct Ceilings {
 
 // Median of `iters` timed runs each. Throws on CUDA/cuBLAS errors.
 double measure_read_bandwidth(int64_t bytes, int iters);
-double measure_cublas_bf16_flops(int n, int iters);
 // monitor (optional) samples the clocks while the BF16 GEMM runs; sustain_seconds > 0 measures
 // the sustained rate too (that long of GEMMs first, then 3 x iters timed).
 Ceilings measure_ceilings(int iters = 10, ClockMonitor* monitor = nullptr, double sustain_seconds = 0);

@@ -315,7 +315,8 @@ struct W4a16WgmmaTraits {
   // one barrier wait, slot and release per stage (the per-stage bookkeeping was ~77 of a
   // consumer warp's 134 instructions a 64-K stage at glm5 T = 1024, docs/PERFORMANCE.md).
   static_assert(kChunks == 1 || kFragBufs == 2 || kConsumers == 3,
-                "a stage of several chunks: two fragment buffers, or one where the width is chosen once per unit");
+                "a stage of several chunks: two fragment buffers, or one in the three-warpgroup tile (whose K loop "
+                "is compiled per width)");
 };
 
 // kCode = encode_tactic(tactic). One CTA per SM, 384 threads at 168 registers each (two CTAs at
@@ -494,13 +495,14 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       }
     };
 
-    // A stage of kChunks 64-K chunks (two: 128 K, four: a whole K group of 256): chunk c is
-    // dequantized into buffer c % 2 and its 4 wgmma stay in flight while chunk c + 1 is
-    // dequantized into the other, as in kChunks 64-K stages; the wait for the stage, the slot
-    // and the release are paid once. The previous stage's slot is released once its last
-    // chunk's wgmma have retired (the wait after this stage's first chunk). The block scales
-    // come with the K group's first chunk: a 128-K stage starts at chunk 0 or 2, a 256-K stage
-    // always at 0.
+    // A stage of kChunks 64-K chunks (two: 128 K, four: a whole K group of 256), as kChunks
+    // 64-K stages would be run but with the wait for the stage, the slot and the release paid
+    // once. With two buffers chunk c is dequantized into buffer c % 2 and its 4 wgmma stay in
+    // flight while chunk c + 1 is dequantized into the other; the previous stage's slot is
+    // released once its last chunk's wgmma have retired (the wait after this stage's first
+    // chunk). With one (the 192 x 176 tile) each chunk's wgmma retire before the next chunk is
+    // dequantized, and the stage releases its own slot. The block scales come with the K
+    // group's first chunk: a 128-K stage starts at chunk 0 or 2, a 256-K stage always at 0.
     auto stage_chunks = [&](int ks, auto width) __attribute__((always_inline)) {
       sm90::mbarrier_wait(&full[slot], phase);
       const uint8_t* st = smem + slot * Tr::kStageBytes;
