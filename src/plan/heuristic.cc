@@ -30,8 +30,8 @@ Tactic decode_tactic(int tokens, double mean, bool narrow, Epilogue ep) {
 // for narrow experts' FC2, whose K is a single K group), or two CTAs of 128 rows, 7 stages of
 // 64 K each), 128 (9 stages) or 256 (5 stages), about 195-207 KB of shared memory
 // per SM each; in between, where their rows fit the GEMM's, the 256 x 128 tile (four consumer
-// warpgroups, 7 stages, 198 KB) and the 192 x 144 and 192 x 176 tiles (three, 7 stages, 185 and
-// 220 KB).
+// warpgroups, 7 stages, 198 KB) and the 192 x 144 and 192 x 176 tiles (three; 7 stages of 64 K,
+// 196 KB, and 3 of 128 K, 184 KB).
 Tactic prefill_tactic(const MoeConfig& cfg, double mean, Epilogue ep) {
   const int64_t rows = ep == Epilogue::kSwiglu ? 2 * cfg.intermediate : cfg.hidden;
   const auto padded = [&](int64_t block) { return static_cast<double>((rows + block - 1) / block * block); };

@@ -12,10 +12,10 @@ namespace fp4moe::kernels {
 // 128 weight rows and 12 warps (a producer and two consumer warpgroups), 192 and 16 (three
 // consumer warpgroups; 144 or 176 tokens) or 256 and 20 (four; 64 or 128 tokens), 64 K a stage
 // (the 256 x 64 tile also 128 or 256, the 192 x 176 one 128: WgmmaShape::k). The stages fill
-// about 195-207 KB (the deeper ring hides the copy latency of a loaded memory system; the rest
-// of 227 KB is left to the scheduler's per-expert prefix, 4 KB for the most groups a layer may
-// have: 8 stages of the 256 x 128 tile would not leave it), or, with 7 stages of 128 x 64, half
-// of it: two CTAs per SM (W4a16WgmmaTraits::kCtasPerSm).
+// about 183-224 KB (the deeper ring hides the copy latency of a loaded memory system; the rest of
+// 227 KB is left to the scheduler's per-expert prefix, 4 KB for the most groups a layer may have:
+// 8 stages of the 256 x 128 tile would not leave it, nor a fourth 128-K stage of the 192 x 176
+// one), or, with 7 stages of 128 x 64, half of it: two CTAs per SM (W4a16WgmmaTraits::kCtasPerSm).
 struct WgmmaShape {
   int rows;    // weight rows: 64 per consumer warpgroup
   int tokens;  // token tile: wgmma N, 64..256
