@@ -21,7 +21,10 @@ struct ClockSample {
   int samples = 0;
   double sm_mhz_mean = 0;
   unsigned sm_mhz_min = 0, sm_mhz_max = 0;
-  double power_w_max = 0;  // NVML averages power over 1 s (Ampere and later): short runs read low
+  // NVML averages power over 1 s (Ampere and later): short runs read low. (Its total-energy
+  // counter, read at start() and stop(), was tried for a mean power instead: over the bench's
+  // 0.01-0.6 s loops on the H200 it read 0 W or up to 1235 W - it advances in coarse steps.)
+  double power_w_max = 0;
   uint64_t reasons = 0;  // every clock-event reason seen (NVML bits; describe_clock_reasons)
 };
 
