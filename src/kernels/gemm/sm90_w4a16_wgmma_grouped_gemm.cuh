@@ -297,6 +297,10 @@ struct W4a16WgmmaTraits {
   // instead of two was 8% slower (docs/PERFORMANCE.md). With 128 tokens (64 accumulators) the
   // 96 registers hold one fragment buffer (two: C7512): 256 x 128 reads 25 KB a stage for the
   // MMAs of the 128 x 256 tile's 37 KB, with four consumer warpgroups instead of two.
+  // (ptxas budgets the consumers' mainloop by what setmaxnreg grants, not only by the launch: the
+  // 256 x 128 tile's consumers given 104 instead of 112 spilled 208 bytes around their HGMMA, the
+  // launch holding 96. The producers' 32 are as tight: docs/PERFORMANCE.md, "Under the power cap",
+  // lists what a few more instructions in their loop took.)
   static constexpr int kProducerRegs = kCtasPerSm == 2 || kConsumers >= 3 ? 32 : 40;
   static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 104 : kConsumers == 4 ? 112 : kConsumers == 3 ? 152 : 232;
   // What __launch_bounds__ leaves a thread: the SM's 64 K registers over the CTAs' threads, in
