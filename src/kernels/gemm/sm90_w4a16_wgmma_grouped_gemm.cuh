@@ -280,10 +280,10 @@ struct W4a16WgmmaTraits {
   //
   // Three consumer warpgroups (192 rows, 512 threads: 128 registers at launch) put three
   // consumer warps on each scheduler instead of two, which hides more of the chain (glm5 FC2
-  // 5-7.5% faster at 56-128 tokens per expert, docs/PERFORMANCE.md). ptxas compiles them in the
-  // launch's 128 registers, whatever setmaxnreg grants: 88 accumulators (176 tokens) and one
-  // buffer of A fragments fit; a second buffer made ptxas serialize the wgmma (C7512), and a
-  // 24-register producer spilled. So this tile retires each stage's wgmma before dequantizing
+  // 5-7.5% faster at 56-128 tokens per expert, docs/PERFORMANCE.md). In the 152 registers
+  // setmaxnreg grants them (at the launch's 128 they spill 208-224 bytes) 88 accumulators (176
+  // tokens) and one buffer of A fragments fit; a second buffer made ptxas serialize the wgmma
+  // (C7512), and a 24-register producer spilled. So this tile retires each stage's wgmma before dequantizing
   // the next (kFragBufs = 1): the other two warpgroups' wgmma keep the tensor pipe busy meanwhile
   // (not all the time: at glm5 T = 4096 a sixth of the consumers' warp samples wait there). With
   // 144 tokens (72 accumulators) both buffers fit (160: C7512).
@@ -297,10 +297,10 @@ struct W4a16WgmmaTraits {
   // instead of two was 8% slower (docs/PERFORMANCE.md). With 128 tokens (64 accumulators) the
   // 96 registers hold one fragment buffer (two: C7512): 256 x 128 reads 25 KB a stage for the
   // MMAs of the 128 x 256 tile's 37 KB, with four consumer warpgroups instead of two.
-  // (ptxas budgets the consumers' mainloop by what setmaxnreg grants, not only by the launch: the
-  // 256 x 128 tile's consumers given 104 instead of 112 spilled 208 bytes around their HGMMA, the
-  // launch holding 96. The producers' 32 are as tight: docs/PERFORMANCE.md, "Under the power cap",
-  // lists what a few more instructions in their loop took.)
+  // ptxas budgets each role's code by what setmaxnreg gives it (the 256 x 128 tile's consumers at
+  // 104 instead of 112 spilled 208 bytes around their HGMMA), and all of these counts are tight:
+  // docs/PERFORMANCE.md, "Under the power cap", lists what a few more instructions in the
+  // 32-register producers' loop took.
   static constexpr int kProducerRegs = kCtasPerSm == 2 || kConsumers >= 3 ? 32 : 40;
   static constexpr int kConsumerRegs = kCtasPerSm == 2 ? 104 : kConsumers == 4 ? 112 : kConsumers == 3 ? 152 : 232;
   // What __launch_bounds__ leaves a thread: the SM's 64 K registers over the CTAs' threads, in
