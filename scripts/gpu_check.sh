@@ -2,8 +2,9 @@
 # On a machine with a GPU, from already built binaries: the GPU tests, compute-sanitizer
 # (memcheck, racecheck) on small cases, the tuner's acceptance, the benchmarks and a profile.
 # Logs and JSON go to OUT_DIR.
-#   scripts/gpu_check.sh BIN_DIR OUT_DIR [tests|sanitize|tune|checkpoint|bench|families|profile|all]...
-# BIN_DIR holds fp4moe and fp4moe_gpu_tests (a build tree's, or copies of them).
+#   scripts/gpu_check.sh BIN_DIR OUT_DIR [tests|sanitize|tune|checkpoint|bench|families|profile|overlap|all]...
+# BIN_DIR holds fp4moe and fp4moe_gpu_tests (a build tree's, or copies of them); the overlap
+# step runs fp4moe_dequant_overlap from there too (sm_90 only).
 set -uo pipefail
 bin=$1; out=$2; shift 2
 steps=${*:-all}
@@ -108,4 +109,8 @@ if has profile; then
     "$bin/fp4moe" bench --preset glm5 --tokens 64 --iters 1 --warmup 0 --no-baseline --no-graph \
     > "$out/ncu_glm5_t64.txt" 2>&1; echo "ncu exit $?"
   grep -E "w4a16_grouped|Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy|Registers|Compute \(SM\)|Stall|Warp Cycles Per Issued" "$out/ncu_glm5_t64.txt" | head -40
+fi
+if has overlap && [ -x "$bin/fp4moe_dequant_overlap" ]; then
+  echo "== the dequantization beside mma.sync / wgmma (tools/dequant_overlap.cu)"
+  timeout 120 "$bin/fp4moe_dequant_overlap" | tee "$out/dequant_overlap.md"
 fi

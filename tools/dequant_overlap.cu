@@ -1,0 +1,270 @@
+// dequant_overlap: does the FP4 dequantization overlap with the tensor cores on this GPU?
+//
+// A microbenchmark for kernel developers (sm_90a: mma.sync and wgmma). Each kernel runs the
+// inner loop of one GEMM family on operands in shared memory - no DRAM, no pipeline, no
+// epilogue - in several variants that add or remove one cost, so that the cycles each costs,
+// and whether two of them overlap, can be read off one table (docs/PERFORMANCE.md, "Where the
+// dequantization meets the tensor cores"). Timing only: the MMAs multiply whatever bits the
+// variants hand them.
+//
+//   decode family (mma.sync m16n8k16, the 8-token tile: 4 warps a CTA, two row tiles a warp,
+//   one 32-bit word of FP4 weights a MMA):
+//     mma            the MMAs alone, A = the word itself (register copies)
+//     dequant+mma    dequant_a_fragment (dequant_nvfp4.cuh) feeding each MMA
+//     mma+7alu       the MMAs, and 7 ALU operations a word on registers the MMAs do not read
+//   prefill family (wgmma m64nNk16, A from registers: four consumer warpgroups of 64 rows in a
+//   CTA of 512 threads, one 64-K chunk = 4 words a lane and 4 wgmma a warpgroup, two fragment
+//   buffers with one group in flight, as in sm90_w4a16_wgmma_grouped_gemm.cuh):
+//     wgmma          the wgmma alone, A = the words (register copies, rewritten every chunk)
+//     dequant        the dequantization alone
+//     dequant>wgmma  the dequantization feeding the wgmma (what the kernels do)
+//     dequant|wgmma  both, the wgmma reading two fixed fragment sets instead
+//     alu>A|dequant  as dequant|wgmma, with the fixed sets rewritten by 16 ALU ops a chunk
+//
+// Usage: fp4moe_dequant_overlap   (needs an sm_90 GPU; prints cycles from clock64)
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "kernels/common/dequant_nvfp4.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/sm90_ptx.cuh"
+#include "kernels/common/sm90_wgmma_rs.cuh"
+
+namespace {
+
+using namespace fp4moe::kernels;
+namespace ptx = fp4moe::ptx;
+namespace sm90 = fp4moe::ptx::sm90;
+
+#define CHECK_CUDA(x)                                                                       \
+  do {                                                                                      \
+    const cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "fp4moe_dequant_overlap: %s (%s:%d)\n", cudaGetErrorString(e_), \
+                   __FILE__, __LINE__);                                                     \
+      std::exit(1);                                                                         \
+    }                                                                                       \
+  } while (0)
+
+// Each CTA writes its elapsed clock64 cycles to cycles[blockIdx.x] and a checksum of its
+// accumulators to sink (so that no computation is dead code).
+enum class Mma { kAlone, kDequant, kBesideAlu };
+
+constexpr int kWordsSmem = 1024;  // uint4 of weight words in shared memory (16 KB)
+
+template <Mma kV>
+__global__ void __launch_bounds__(128) mma_loop(const uint4* src, int iters, long long* cycles, float* sink) {
+  __shared__ uint4 words[kWordsSmem];
+  for (int i = threadIdx.x; i < kWordsSmem; i += blockDim.x) words[i] = src[i];
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t b0 = src[lane].x, b1 = src[lane].y, scale_word = src[lane + 32].z;
+  uint32_t side[4] = {b0, b1, scale_word, b0 ^ b1};
+  float acc[2][4] = {};
+  const long long t0 = clock64();
+  for (int it = 0; it < iters; ++it) {
+    const int base = (it & 3) * 256 + warp * 32 + lane;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {  // a K group: 4 chunks x 4 k steps x 2 row tiles
+      uint4 aw[2];
+      uint32_t sc[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        aw[r] = words[(base + c * 8 + r * 128) & (kWordsSmem - 1)];
+        sc[r] = ue5m3_pair_to_bf16x2_scaled<0>(scale_word + c + r);
+      }
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const uint32_t w = s == 0 ? aw[r].x : s == 1 ? aw[r].y : s == 2 ? aw[r].z : aw[r].w;
+          uint32_t a[4];
+          if constexpr (kV == Mma::kDequant) {
+            dequant_a_fragment(w, sc[r], a);
+          } else {
+            a[0] = a[1] = a[2] = a[3] = w;
+          }
+          if constexpr (kV == Mma::kBesideAlu) {
+#pragma unroll
+            for (int q = 0; q < 7; ++q)
+              asm volatile("lop3.b32 %0, %0, %1, %2, 0x96;\n" : "+r"(side[q & 3]) : "r"(sc[r]), "r"(w));
+          }
+          ptx::mma_bf16_m16n8k16(acc[r], a, b0, b1);
+        }
+    }
+  }
+  const long long t1 = clock64();
+  float sum = static_cast<float>(side[0] ^ side[1] ^ side[2] ^ side[3]);
+  for (auto& row : acc)
+    for (float v : row) sum += v;
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+  if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+}
+
+enum class Wg { kAlone, kDequantAlone, kDequantFeeds, kDequantBeside, kAluRewritesA };
+
+// 4 warpgroups; each chunk: 4 words a lane -> 16 A registers -> 4 wgmma m64nNk16 on a B tile
+// of N tokens x 64 K in shared memory (128-byte swizzle).
+template <Wg kV, int kN>
+__global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters, int never, long long* cycles,
+                                                      float* sink) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  uint4* words = reinterpret_cast<uint4*>(smem);
+  uint8_t* b_tile = smem + kWordsSmem * 16;  // 1024-aligned: 16 KB after the (aligned) base
+  for (int i = threadIdx.x; i < kWordsSmem; i += blockDim.x) words[i] = src[i];
+  for (int i = threadIdx.x; i < kN * 8; i += blockDim.x) reinterpret_cast<uint4*>(b_tile)[i] = src[kWordsSmem + i];
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t scale_word = src[lane + 32].z;
+  const uint32_t desc_lo = sm90::wgmma_desc_lo_k_sw128(b_tile);
+  float acc[kN / 2] = {};
+  uint32_t frag[2][4][4];   // dequantized fragments, two buffers
+  uint32_t fixed[2][4][4];  // the fixed sets of kDequantBeside / kAluRewritesA
+#pragma unroll
+  for (int b = 0; b < 2; ++b)
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) fixed[b][s][q] = src[2048 + b * 512 + lane * 16 + s * 4 + q].x;
+  const long long t0 = clock64();
+#pragma unroll 1
+  for (int it = 0; it < iters; it += 2) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const uint4 w = words[((it + b) * 64 + warp * 32 + lane) & (kWordsSmem - 1)];
+      const uint32_t sc = ue5m3_pair_to_bf16x2_scaled<0>(scale_word + it + b);
+      if constexpr (kV == Wg::kAlone) {
+        const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) frag[b][s][q] = ws[s];
+      } else {
+        dequant_a_fragments(w, sc, frag[b]);
+      }
+      if constexpr (kV == Wg::kAluRewritesA) {
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) fixed[b][s][q] ^= 0x00010001u;
+      }
+      if constexpr (kV == Wg::kDequantAlone || kV == Wg::kDequantBeside || kV == Wg::kAluRewritesA) {
+        if (it == never) {  // keeps the dequantization alive where no wgmma reads it
+#pragma unroll
+          for (int s = 0; s < 4; ++s)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) sink[threadIdx.x * 16 + s * 4 + q] = __uint_as_float(frag[b][s][q]);
+        }
+      }
+      if constexpr (kV != Wg::kDequantAlone) {
+        constexpr bool kFixed = kV == Wg::kDequantBeside || kV == Wg::kAluRewritesA;
+        sm90::wgmma_fence_operands(acc);
+        sm90::wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+          sm90::WgmmaRs<kN>::mma(acc, kFixed ? fixed[b][s] : frag[b][s], sm90::wgmma_desc_k_sw128(desc_lo + 2 * s), 1);
+        sm90::wgmma_commit();
+        sm90::wgmma_fence_operands(acc);
+        sm90::wgmma_wait<1>();  // the other buffer's group has retired: it may be rewritten
+        sm90::wgmma_fence_operands(frag[b ^ 1][0]);
+        sm90::wgmma_fence_operands(fixed[b ^ 1][0]);
+      }
+    }
+  }
+  if constexpr (kV != Wg::kDequantAlone) sm90::wgmma_wait<0>();
+  const long long t1 = clock64();
+  float sum = 0.f;
+  for (float v : acc) sum += v;
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+  if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+}
+
+struct Buffers {
+  uint4* src = nullptr;
+  long long* cycles = nullptr;
+  float* sink = nullptr;
+  int sms = 0;
+};
+
+long long slowest_cta(const Buffers& b, int ctas) {
+  std::vector<long long> c(ctas);
+  CHECK_CUDA(cudaMemcpy(c.data(), b.cycles, sizeof(long long) * ctas, cudaMemcpyDeviceToHost));
+  long long m = 0;
+  for (long long v : c) m = v > m ? v : m;
+  return m;
+}
+
+// Cycles per 32-bit weight word and warp on one scheduler: each CTA has one warp on each of the
+// SM's 4 schedulers, and each warp computes 32 words per iteration.
+template <Mma kV>
+double mma_cycles_per_word(const Buffers& b, int ctas_per_sm) {
+  constexpr int kIters = 4000;
+  const int ctas = b.sms * ctas_per_sm;
+  mma_loop<kV><<<ctas, 128>>>(b.src, kIters, b.cycles, b.sink);
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaDeviceSynchronize());
+  return static_cast<double>(slowest_cta(b, ctas)) / (double{kIters} * 32 * ctas_per_sm);
+}
+
+// Cycles per 64-K chunk of the four warpgroups (one SM).
+template <Wg kV, int kN>
+double wgmma_cycles_per_chunk(const Buffers& b) {
+  constexpr int kIters = 20000;
+  const int smem = kWordsSmem * 16 + kN * 128;
+  CHECK_CUDA(cudaFuncSetAttribute(wgmma_loop<kV, kN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  wgmma_loop<kV, kN><<<b.sms, 512, smem>>>(b.src, kIters, -1, b.cycles, b.sink);
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaDeviceSynchronize());
+  return static_cast<double>(slowest_cta(b, b.sms)) / kIters;
+}
+
+template <int kN>
+void wgmma_row(const Buffers& b) {
+  std::printf("| %3d | %7.0f | %7.0f | %13.0f | %13.0f | %13.0f |\n", kN, wgmma_cycles_per_chunk<Wg::kAlone, kN>(b),
+              wgmma_cycles_per_chunk<Wg::kDequantAlone, kN>(b), wgmma_cycles_per_chunk<Wg::kDequantFeeds, kN>(b),
+              wgmma_cycles_per_chunk<Wg::kDequantBeside, kN>(b), wgmma_cycles_per_chunk<Wg::kAluRewritesA, kN>(b));
+}
+
+}  // namespace
+
+int main() {
+  int device = 0, major = 0, minor = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0) {
+    std::fprintf(stderr, "fp4moe_dequant_overlap: needs an sm_90 GPU (wgmma), found sm_%d%d\n", major, minor);
+    return 1;
+  }
+  Buffers b;
+  CHECK_CUDA(cudaDeviceGetAttribute(&b.sms, cudaDevAttrMultiProcessorCount, device));
+  // Random words with the top bit of every byte of a half clear: finite bf16 operands.
+  std::vector<uint32_t> host(1 << 16);
+  uint32_t state = 12345u;
+  for (auto& v : host) {
+    state = state * 1664525u + 1013904223u;
+    v = state & 0x3F7F3F7Fu;
+  }
+  CHECK_CUDA(cudaMalloc(&b.src, host.size() * 4));
+  CHECK_CUDA(cudaMalloc(&b.cycles, sizeof(long long) * b.sms * 8));
+  CHECK_CUDA(cudaMalloc(&b.sink, sizeof(float) * b.sms * 8 * 512));
+  CHECK_CUDA(cudaMemcpy(b.src, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+
+  std::printf("decode family, mma.sync m16n8k16: cycles per weight word and warp on one scheduler\n\n");
+  std::printf("| CTAs per SM | mma | dequant+mma | mma+7alu |\n|---|---|---|---|\n");
+  for (int ctas : {2, 3, 4})
+    std::printf("| %d | %.1f | %.1f | %.1f |\n", ctas, mma_cycles_per_word<Mma::kAlone>(b, ctas),
+                mma_cycles_per_word<Mma::kDequant>(b, ctas), mma_cycles_per_word<Mma::kBesideAlu>(b, ctas));
+  std::printf("\nprefill family, wgmma m64nNk16 (A from registers), 4 consumer warpgroups: cycles per 64-K chunk\n\n");
+  std::printf("| N | wgmma | dequant | dequant>wgmma | dequant|wgmma | alu>A|dequant |\n|---|---|---|---|---|---|\n");
+  wgmma_row<40>(b);
+  wgmma_row<64>(b);
+  wgmma_row<128>(b);
+  CHECK_CUDA(cudaFree(b.src));
+  CHECK_CUDA(cudaFree(b.cycles));
+  CHECK_CUDA(cudaFree(b.sink));
+  return 0;
+}
