@@ -16,10 +16,11 @@
 //   CTA of 512 threads, one 64-K chunk = 4 words a lane and 4 wgmma a warpgroup, two fragment
 //   buffers with one group in flight, as in sm90_w4a16_wgmma_grouped_gemm.cuh):
 //     wgmma          the wgmma alone, A = the words (register copies, rewritten every chunk)
+//     +alu newA      A rewritten by 16 ALU ops a chunk, and 32 more on registers no wgmma reads
+//     +alu fixedA    the 32 ALU ops, the wgmma reading two fixed fragment sets
 //     dequant        the dequantization alone
 //     dequant>wgmma  the dequantization feeding the wgmma (what the kernels do)
-//     dequant|wgmma  both, the wgmma reading two fixed fragment sets instead
-//     alu>A|dequant  as dequant|wgmma, with the fixed sets rewritten by 16 ALU ops a chunk
+//     dequant|wgmma  both, the wgmma reading the two fixed fragment sets instead
 //
 // Usage: fp4moe_dequant_overlap   (needs an sm_90 GPU; prints cycles from clock64)
 #include <cuda_runtime.h>
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(128) mma_loop(const uint4* src, int iters, lon
   if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
 }
 
-enum class Wg { kAlone, kDequantAlone, kDequantFeeds, kDequantBeside, kAluRewritesA };
+enum class Wg { kAlone, kAluNewA, kAluFixedA, kDequantAlone, kDequantFeeds, kDequantBeside };
 
 // 4 warpgroups; each chunk: 4 words a lane -> 16 A registers -> 4 wgmma m64nNk16 on a B tile
 // of N tokens x 64 K in shared memory (128-byte swizzle).
@@ -122,7 +123,8 @@ __global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters
   const uint32_t desc_lo = sm90::wgmma_desc_lo_k_sw128(b_tile);
   float acc[kN / 2] = {};
   uint32_t frag[2][4][4];   // dequantized fragments, two buffers
-  uint32_t fixed[2][4][4];  // the fixed sets of kDequantBeside / kAluRewritesA
+  uint32_t fixed[2][4][4];  // the fixed sets of kAluNewA (rewritten), kAluFixedA, kDequantBeside
+  uint32_t side[8] = {1, 2, 3, 4, 5, 6, 7, 8};  // what the 32 ALU ops a chunk work on
 #pragma unroll
   for (int b = 0; b < 2; ++b)
 #pragma unroll
@@ -142,16 +144,21 @@ __global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters
         for (int s = 0; s < 4; ++s)
 #pragma unroll
           for (int q = 0; q < 4; ++q) frag[b][s][q] = ws[s];
+      } else if constexpr (kV == Wg::kAluNewA || kV == Wg::kAluFixedA) {
+        if constexpr (kV == Wg::kAluNewA) {
+#pragma unroll
+          for (int s = 0; s < 4; ++s)
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+              asm volatile("lop3.b32 %0, %0, %1, 0x00010001, 0x96;\n" : "+r"(fixed[b][s][q]) : "r"(sc));
+        }
+#pragma unroll
+        for (int k = 0; k < 32; ++k)
+          asm volatile("lop3.b32 %0, %0, %1, 0x00010001, 0x96;\n" : "+r"(side[k & 7]) : "r"(sc));
       } else {
         dequant_a_fragments(w, sc, frag[b]);
       }
-      if constexpr (kV == Wg::kAluRewritesA) {
-#pragma unroll
-        for (int s = 0; s < 4; ++s)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) fixed[b][s][q] ^= 0x00010001u;
-      }
-      if constexpr (kV == Wg::kDequantAlone || kV == Wg::kDequantBeside || kV == Wg::kAluRewritesA) {
+      if constexpr (kV == Wg::kDequantAlone || kV == Wg::kDequantBeside) {
         if (it == never) {  // keeps the dequantization alive where no wgmma reads it
 #pragma unroll
           for (int s = 0; s < 4; ++s)
@@ -160,7 +167,7 @@ __global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters
         }
       }
       if constexpr (kV != Wg::kDequantAlone) {
-        constexpr bool kFixed = kV == Wg::kDequantBeside || kV == Wg::kAluRewritesA;
+        constexpr bool kFixed = kV == Wg::kDequantBeside || kV == Wg::kAluNewA || kV == Wg::kAluFixedA;
         sm90::wgmma_fence_operands(acc);
         sm90::wgmma_fence();
 #pragma unroll
@@ -178,6 +185,7 @@ __global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters
   const long long t1 = clock64();
   float sum = 0.f;
   for (float v : acc) sum += v;
+  for (uint32_t v : side) sum += static_cast<float>(v);
   sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
   if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
 }
@@ -223,9 +231,10 @@ double wgmma_cycles_per_chunk(const Buffers& b) {
 
 template <int kN>
 void wgmma_row(const Buffers& b) {
-  std::printf("| %3d | %7.0f | %7.0f | %13.0f | %13.0f | %13.0f |\n", kN, wgmma_cycles_per_chunk<Wg::kAlone, kN>(b),
+  std::printf("| %3d | %5.0f | %9.0f | %11.0f | %7.0f | %13.0f | %13.0f |\n", kN, wgmma_cycles_per_chunk<Wg::kAlone, kN>(b),
+              wgmma_cycles_per_chunk<Wg::kAluNewA, kN>(b), wgmma_cycles_per_chunk<Wg::kAluFixedA, kN>(b),
               wgmma_cycles_per_chunk<Wg::kDequantAlone, kN>(b), wgmma_cycles_per_chunk<Wg::kDequantFeeds, kN>(b),
-              wgmma_cycles_per_chunk<Wg::kDequantBeside, kN>(b), wgmma_cycles_per_chunk<Wg::kAluRewritesA, kN>(b));
+              wgmma_cycles_per_chunk<Wg::kDequantBeside, kN>(b));
 }
 
 }  // namespace
@@ -259,7 +268,7 @@ int main() {
     std::printf("| %d | %.1f | %.1f | %.1f |\n", ctas, mma_cycles_per_word<Mma::kAlone>(b, ctas),
                 mma_cycles_per_word<Mma::kDequant>(b, ctas), mma_cycles_per_word<Mma::kBesideAlu>(b, ctas));
   std::printf("\nprefill family, wgmma m64nNk16 (A from registers), 4 consumer warpgroups: cycles per 64-K chunk\n\n");
-  std::printf("| N | wgmma | dequant | dequant>wgmma | dequant|wgmma | alu>A|dequant |\n|---|---|---|---|---|---|\n");
+  std::printf("| N | wgmma | +alu newA | +alu fixedA | dequant | dequant>wgmma | dequant|wgmma |\n|---|---|---|---|---|---|---|\n");
   wgmma_row<40>(b);
   wgmma_row<64>(b);
   wgmma_row<128>(b);
