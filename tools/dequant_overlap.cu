@@ -269,6 +269,9 @@ int main() {
                 mma_cycles_per_word<Mma::kDequant>(b, ctas), mma_cycles_per_word<Mma::kBesideAlu>(b, ctas));
   std::printf("\nprefill family, wgmma m64nNk16 (A from registers), 4 consumer warpgroups: cycles per 64-K chunk\n\n");
   std::printf("| N | wgmma | +alu newA | +alu fixedA | dequant | dequant>wgmma | dequant|wgmma |\n|---|---|---|---|---|---|---|\n");
+  wgmma_row<8>(b);
+  wgmma_row<16>(b);
+  wgmma_row<24>(b);
   wgmma_row<40>(b);
   wgmma_row<64>(b);
   wgmma_row<128>(b);
