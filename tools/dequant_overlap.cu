@@ -12,6 +12,7 @@
 //     mma            the MMAs alone, A = the word itself (register copies)
 //     dequant+mma    dequant_a_fragment (dequant_nvfp4.cuh) feeding each MMA
 //     mma+7alu       the MMAs, and 7 ALU operations a word on registers the MMAs do not read
+//     dequant+2mma   the 16-token tile: dequant_a_fragment feeding two MMAs (two n8 tiles)
 //   prefill family (wgmma m64nNk16, A from registers: four consumer warpgroups of 64 rows in a
 //   CTA of 512 threads, one 64-K chunk = 4 words a lane and 4 wgmma a warpgroup, two fragment
 //   buffers with one group in flight, as in sm90_w4a16_wgmma_grouped_gemm.cuh):
@@ -52,7 +53,7 @@ namespace sm90 = fp4moe::ptx::sm90;
 
 // Each CTA writes its elapsed clock64 cycles to cycles[blockIdx.x] and a checksum of its
 // accumulators to sink (so that no computation is dead code).
-enum class Mma { kAlone, kDequant, kBesideAlu };
+enum class Mma { kAlone, kDequant, kBesideAlu, kDequantTwo };
 
 constexpr int kWordsSmem = 1024;  // uint4 of weight words in shared memory (16 KB)
 
@@ -64,7 +65,8 @@ __global__ void __launch_bounds__(128) mma_loop(const uint4* src, int iters, lon
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint32_t b0 = src[lane].x, b1 = src[lane].y, scale_word = src[lane + 32].z;
   uint32_t side[4] = {b0, b1, scale_word, b0 ^ b1};
-  float acc[2][4] = {};
+  float acc[2][4] = {}, acc_n1[2][4] = {};  // acc_n1: the second n8 tile of kDequantTwo
+  const uint32_t b2 = src[lane + 64].x, b3 = src[lane + 64].y;
   const long long t0 = clock64();
   for (int it = 0; it < iters; ++it) {
     const int base = (it & 3) * 256 + warp * 32 + lane;
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(128) mma_loop(const uint4* src, int iters, lon
         for (int r = 0; r < 2; ++r) {
           const uint32_t w = s == 0 ? aw[r].x : s == 1 ? aw[r].y : s == 2 ? aw[r].z : aw[r].w;
           uint32_t a[4];
-          if constexpr (kV == Mma::kDequant) {
+          if constexpr (kV == Mma::kDequant || kV == Mma::kDequantTwo) {
             dequant_a_fragment(w, sc[r], a);
           } else {
             a[0] = a[1] = a[2] = a[3] = w;
@@ -94,12 +96,15 @@ __global__ void __launch_bounds__(128) mma_loop(const uint4* src, int iters, lon
               asm volatile("lop3.b32 %0, %0, %1, %2, 0x96;\n" : "+r"(side[q & 3]) : "r"(sc[r]), "r"(w));
           }
           ptx::mma_bf16_m16n8k16(acc[r], a, b0, b1);
+          if constexpr (kV == Mma::kDequantTwo) ptx::mma_bf16_m16n8k16(acc_n1[r], a, b2, b3);
         }
     }
   }
   const long long t1 = clock64();
   float sum = static_cast<float>(side[0] ^ side[1] ^ side[2] ^ side[3]);
   for (auto& row : acc)
+    for (float v : row) sum += v;
+  for (auto& row : acc_n1)
     for (float v : row) sum += v;
   sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
   if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
@@ -263,10 +268,11 @@ int main() {
   CHECK_CUDA(cudaMemcpy(b.src, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
 
   std::printf("decode family, mma.sync m16n8k16: cycles per weight word and warp on one scheduler\n\n");
-  std::printf("| CTAs per SM | mma | dequant+mma | mma+7alu |\n|---|---|---|---|\n");
+  std::printf("| CTAs per SM | mma | dequant+mma | mma+7alu | dequant+2mma |\n|---|---|---|---|---|\n");
   for (int ctas : {2, 3, 4})
-    std::printf("| %d | %.1f | %.1f | %.1f |\n", ctas, mma_cycles_per_word<Mma::kAlone>(b, ctas),
-                mma_cycles_per_word<Mma::kDequant>(b, ctas), mma_cycles_per_word<Mma::kBesideAlu>(b, ctas));
+    std::printf("| %d | %.1f | %.1f | %.1f | %.1f |\n", ctas, mma_cycles_per_word<Mma::kAlone>(b, ctas),
+                mma_cycles_per_word<Mma::kDequant>(b, ctas), mma_cycles_per_word<Mma::kBesideAlu>(b, ctas),
+                mma_cycles_per_word<Mma::kDequantTwo>(b, ctas));
   std::printf("\nprefill family, wgmma m64nNk16 (A from registers), 4 consumer warpgroups: cycles per 64-K chunk\n\n");
   std::printf("| N | wgmma | +alu newA | +alu fixedA | dequant | dequant>wgmma | dequant|wgmma |\n|---|---|---|---|---|---|---|\n");
   wgmma_row<8>(b);
