@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "kernels/common/cuda_check.h"
 #include "kernels/common/dequant_nvfp4.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
@@ -40,16 +41,6 @@ namespace {
 using namespace fp4moe::kernels;
 namespace ptx = fp4moe::ptx;
 namespace sm90 = fp4moe::ptx::sm90;
-
-#define CHECK_CUDA(x)                                                                       \
-  do {                                                                                      \
-    const cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                                \
-      std::fprintf(stderr, "fp4moe_dequant_overlap: %s (%s:%d)\n", cudaGetErrorString(e_), \
-                   __FILE__, __LINE__);                                                     \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
 
 // Each CTA writes its elapsed clock64 cycles to cycles[blockIdx.x] and a checksum of its
 // accumulators to sink (so that no computation is dead code).
@@ -204,7 +195,7 @@ struct Buffers {
 
 long long slowest_cta(const Buffers& b, int ctas) {
   std::vector<long long> c(ctas);
-  CHECK_CUDA(cudaMemcpy(c.data(), b.cycles, sizeof(long long) * ctas, cudaMemcpyDeviceToHost));
+  FP4MOE_CUDA_CHECK(cudaMemcpy(c.data(), b.cycles, sizeof(long long) * ctas, cudaMemcpyDeviceToHost));
   long long m = 0;
   for (long long v : c) m = v > m ? v : m;
   return m;
@@ -217,8 +208,8 @@ double mma_cycles_per_word(const Buffers& b, int ctas_per_sm) {
   constexpr int kIters = 4000;
   const int ctas = b.sms * ctas_per_sm;
   mma_loop<kV><<<ctas, 128>>>(b.src, kIters, b.cycles, b.sink);
-  CHECK_CUDA(cudaGetLastError());
-  CHECK_CUDA(cudaDeviceSynchronize());
+  FP4MOE_CUDA_CHECK_LAUNCH();
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
   return static_cast<double>(slowest_cta(b, ctas)) / (double{kIters} * 32 * ctas_per_sm);
 }
 
@@ -227,10 +218,10 @@ template <Wg kV, int kN>
 double wgmma_cycles_per_chunk(const Buffers& b) {
   constexpr int kIters = 20000;
   const int smem = kWordsSmem * 16 + kN * 128;
-  CHECK_CUDA(cudaFuncSetAttribute(wgmma_loop<kV, kN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(wgmma_loop<kV, kN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   wgmma_loop<kV, kN><<<b.sms, 512, smem>>>(b.src, kIters, -1, b.cycles, b.sink);
-  CHECK_CUDA(cudaGetLastError());
-  CHECK_CUDA(cudaDeviceSynchronize());
+  FP4MOE_CUDA_CHECK_LAUNCH();
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
   return static_cast<double>(slowest_cta(b, b.sms)) / kIters;
 }
 
@@ -244,17 +235,17 @@ void wgmma_row(const Buffers& b) {
 
 }  // namespace
 
-int main() {
+int run_all() {
   int device = 0, major = 0, minor = 0;
-  CHECK_CUDA(cudaGetDevice(&device));
-  CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   if (major != 9 || minor != 0) {
     std::fprintf(stderr, "fp4moe_dequant_overlap: needs an sm_90 GPU (wgmma), found sm_%d%d\n", major, minor);
     return 1;
   }
   Buffers b;
-  CHECK_CUDA(cudaDeviceGetAttribute(&b.sms, cudaDevAttrMultiProcessorCount, device));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&b.sms, cudaDevAttrMultiProcessorCount, device));
   // Random words with the top bit of every byte of a half clear: finite bf16 operands.
   std::vector<uint32_t> host(1 << 16);
   uint32_t state = 12345u;
@@ -262,10 +253,10 @@ int main() {
     state = state * 1664525u + 1013904223u;
     v = state & 0x3F7F3F7Fu;
   }
-  CHECK_CUDA(cudaMalloc(&b.src, host.size() * 4));
-  CHECK_CUDA(cudaMalloc(&b.cycles, sizeof(long long) * b.sms * 8));
-  CHECK_CUDA(cudaMalloc(&b.sink, sizeof(float) * b.sms * 8 * 512));
-  CHECK_CUDA(cudaMemcpy(b.src, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+  FP4MOE_CUDA_CHECK(cudaMalloc(&b.src, host.size() * 4));
+  FP4MOE_CUDA_CHECK(cudaMalloc(&b.cycles, sizeof(long long) * b.sms * 8));
+  FP4MOE_CUDA_CHECK(cudaMalloc(&b.sink, sizeof(float) * b.sms * 8 * 512));
+  FP4MOE_CUDA_CHECK(cudaMemcpy(b.src, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
 
   std::printf("decode family, mma.sync m16n8k16: cycles per weight word and warp on one scheduler\n\n");
   std::printf("| CTAs per SM | mma | dequant+mma | mma+7alu | dequant+2mma |\n|---|---|---|---|---|\n");
@@ -281,8 +272,17 @@ int main() {
   wgmma_row<40>(b);
   wgmma_row<64>(b);
   wgmma_row<128>(b);
-  CHECK_CUDA(cudaFree(b.src));
-  CHECK_CUDA(cudaFree(b.cycles));
-  CHECK_CUDA(cudaFree(b.sink));
+  FP4MOE_CUDA_CHECK(cudaFree(b.src));
+  FP4MOE_CUDA_CHECK(cudaFree(b.cycles));
+  FP4MOE_CUDA_CHECK(cudaFree(b.sink));
   return 0;
+}
+
+int main() {
+  try {
+    return run_all();
+  } catch (const fp4moe::Error& e) {
+    std::fprintf(stderr, "fp4moe_dequant_overlap: %s\n", e.what());
+    return 1;
+  }
 }
