@@ -21,7 +21,7 @@
 //     +alu fixedA    the 32 ALU ops, the wgmma reading two fixed fragment sets
 //     dequant        the dequantization alone
 //     dequant>wgmma  the dequantization feeding the wgmma (what the kernels do)
-//     dequant|wgmma  both, the wgmma reading the two fixed fragment sets instead
+//     dequant beside both, the wgmma reading the two fixed fragment sets instead
 //
 // Usage: fp4moe_dequant_overlap   (needs an sm_90 GPU; prints cycles from clock64)
 #include <cuda_runtime.h>
@@ -233,8 +233,6 @@ void wgmma_row(const Buffers& b) {
               wgmma_cycles_per_chunk<Wg::kDequantBeside, kN>(b));
 }
 
-}  // namespace
-
 int run_all() {
   int device = 0, major = 0, minor = 0;
   FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
@@ -265,7 +263,7 @@ int run_all() {
                 mma_cycles_per_word<Mma::kDequant>(b, ctas), mma_cycles_per_word<Mma::kBesideAlu>(b, ctas),
                 mma_cycles_per_word<Mma::kDequantTwo>(b, ctas));
   std::printf("\nprefill family, wgmma m64nNk16 (A from registers), 4 consumer warpgroups: cycles per 64-K chunk\n\n");
-  std::printf("| N | wgmma | +alu newA | +alu fixedA | dequant | dequant>wgmma | dequant|wgmma |\n|---|---|---|---|---|---|---|\n");
+  std::printf("| N | wgmma | +alu newA | +alu fixedA | dequant | dequant>wgmma | dequant beside |\n|---|---|---|---|---|---|---|\n");
   wgmma_row<8>(b);
   wgmma_row<16>(b);
   wgmma_row<24>(b);
@@ -277,6 +275,8 @@ int run_all() {
   FP4MOE_CUDA_CHECK(cudaFree(b.sink));
   return 0;
 }
+
+}  // namespace
 
 int main() {
   try {
