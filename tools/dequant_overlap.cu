@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "common/rng.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/dequant_nvfp4.cuh"
 #include "kernels/common/ptx.cuh"
@@ -246,11 +247,8 @@ int run_all() {
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&b.sms, cudaDevAttrMultiProcessorCount, device));
   // Random words with the top bit of every byte of a half clear: finite bf16 operands.
   std::vector<uint32_t> host(1 << 16);
-  uint32_t state = 12345u;
-  for (auto& v : host) {
-    state = state * 1664525u + 1013904223u;
-    v = state & 0x3F7F3F7Fu;
-  }
+  fp4moe::Rng rng(12345);
+  for (auto& v : host) v = static_cast<uint32_t>(rng.next_u64()) & 0x3F7F3F7Fu;
   FP4MOE_CUDA_CHECK(cudaMalloc(&b.src, host.size() * 4));
   FP4MOE_CUDA_CHECK(cudaMalloc(&b.cycles, sizeof(long long) * b.sms * 8));
   FP4MOE_CUDA_CHECK(cudaMalloc(&b.sink, sizeof(float) * b.sms * 8 * 512));
