@@ -173,8 +173,11 @@ __global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters
         sm90::wgmma_commit();
         sm90::wgmma_fence_operands(acc);
         sm90::wgmma_wait<1>();  // the other buffer's group has retired: it may be rewritten
-        sm90::wgmma_fence_operands(frag[b ^ 1][0]);
-        sm90::wgmma_fence_operands(fixed[b ^ 1][0]);
+        // Pin all four k steps of the buffer that group read, so that no write of the next
+        // chunk moves above the wait.
+        auto& retired = kFixed ? fixed[b ^ 1] : frag[b ^ 1];
+#pragma unroll
+        for (int s = 0; s < 4; ++s) sm90::wgmma_fence_operands(retired[s]);
       }
     }
   }
