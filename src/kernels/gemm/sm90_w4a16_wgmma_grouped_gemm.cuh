@@ -511,6 +511,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       sm90::mbarrier_wait(&full[slot], phase);
       const uint8_t* st = smem + slot * Tr::kStageBytes;
       const uint8_t* raw = st + Tr::kBBytes;
+      // Chunk c's token block starts kBChunkBytes / 16 descriptor units after the stage's (shared
+      // addresses stay below 2^18, so the descriptor's address field never wraps).
+      const uint32_t desc_stage = sm90::wgmma_desc_lo_k_sw128(st);
       const int chunk0 = (ks * Tr::kChunks) & 3;
       if (chunk0 == 0) sc = ptx::ld_shared_v2(raw + Tr::kRawBytes + local_rt * 256 + lane * 8);
       const uint32_t sword_lo = Tr::kChunks == 4 || chunk0 == 0 ? sc.x : sc.y;
@@ -523,7 +526,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
           const uint32_t scales = ue5m3_pair_to_bf16x2_scaled(sword, static_cast<uint32_t>(c & 1));
           dequant_a_fragments(w, scales, frag[buf]);
         }
-        const uint32_t desc_lo = sm90::wgmma_desc_lo_k_sw128(st + c * Tr::kBChunkBytes);
+        const uint32_t desc_lo = desc_stage + c * (Tr::kBChunkBytes >> 4);
         if constexpr (std::is_same_v<decltype(width), int>)
           Tr::Widths::issue(width, acc, frag[buf], desc_lo, ks == 0 && c == 0);
         else
