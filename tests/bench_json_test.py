@@ -78,6 +78,10 @@ def validate(d, name, gpu_run):
                 check(abs(o.get("pct_sustained_bf16", -1) - pct) <= 1e-6 * pct, f"{name} T={t}: pct_sustained_bf16")
             if "clock" in o:
                 validate_clock(o["clock"], f"{name} T={t}: ours.clock")
+            if "sm_clock_measured" in o:  # measured in our GEMMs (clock64 over %globaltimer)
+                m = o["sm_clock_measured"]
+                check(m["fc1_launches"] >= 1 and m["fc2_launches"] >= 1, f"{name} T={t}: sm_clock_measured launches")
+                check(100 < m["fc1_mhz"] < 10000 and 100 < m["fc2_mhz"] < 10000, f"{name} T={t}: sm_clock_measured")
             b = r["baseline"]
             if "clock" in b:
                 validate_clock(b["clock"], f"{name} T={t}: baseline.clock")

@@ -24,6 +24,12 @@ struct LayerPlan {
   Tactic fc2;  // epilogue finalize
 };
 
+// The clock the SMs ran the GEMMs at, measured in the kernels (see set_clock_accounting).
+struct SmClockAccount {
+  double fc1_ghz = 0, fc2_ghz = 0;  // SM cycles (clock64) over nanoseconds (%globaltimer); 0: none
+  int64_t fc1_launches = 0, fc2_launches = 0;
+};
+
 struct LayerOptions {
   int device = 0;
   // Load the tuning cache of this GPU (TuningCache::file_for) at creation: plan_for() then
@@ -65,6 +71,14 @@ class GpuMoeLayer {
                                    uint16_t* out, GpuStream stream, void* const (&events)[4],
                                    const LayerPlan* plan = nullptr) = 0;
 
+  // Clock accounting: while on, each launch of FC1 and FC2 adds the SM cycles and nanoseconds
+  // of its CTA 0's first thread, entry to exit, to device counters. Under the power cap the SMs
+  // run below the clock NVML reports (the H200: 1.42-1.67 GHz in prefill GEMMs while NVML read
+  // 1980 MHz), and a benchmark that divides by NVML's clock misreads its kernels. Turning it on
+  // or off resets the counters; a CUDA graph captured while it is on keeps counting on replay.
+  virtual void set_clock_accounting(bool on) = 0;
+  // The mean clock of the launches counted since; waits for the device.
+  virtual SmClockAccount read_clock_accounting() const = 0;
   // Device views of the last forward's routing, for tests: [T, k] ids and weights.
   virtual const int32_t* topk_ids() const = 0;
   virtual const float* topk_weights() const = 0;

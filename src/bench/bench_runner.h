@@ -55,6 +55,9 @@ struct BenchRow {
   // The SM clock while each was timed (NVML; absent without it): a ratio between two paths
   // timed at different clocks is partly the GPU's, not the kernels' (clock_monitor.h).
   std::optional<ClockSample> ours_clock, baseline_clock;
+  // The clock our GEMMs ran at, measured in them over the same replays (GpuMoeLayer's clock
+  // accounting): NVML's reading above can stay at the boost clock while the SMs run 20% slower.
+  SmClockAccount ours_sm_clock;
 };
 
 struct BenchReport {

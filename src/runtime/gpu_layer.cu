@@ -77,6 +77,27 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
                            const LayerPlan* plan) override {
     run(hidden, logits, tokens, out, stream, plan, events);
   }
+  void set_clock_accounting(bool on) override {
+    if (on && clock_counts_.bytes() == 0) clock_counts_.resize(6 * sizeof(unsigned long long));
+    if (clock_counts_.bytes() > 0) {
+      FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());  // no launch still adding to the counters
+      FP4MOE_CUDA_CHECK(cudaMemset(clock_counts_.get(), 0, clock_counts_.bytes()));
+    }
+    clock_on_ = on;
+  }
+  SmClockAccount read_clock_accounting() const override {
+    SmClockAccount a;
+    if (clock_counts_.bytes() == 0) return a;
+    unsigned long long c[6];
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    FP4MOE_CUDA_CHECK(cudaMemcpy(c, clock_counts_.get(), sizeof(c), cudaMemcpyDeviceToHost));
+    // Per GEMM [cycles, ns, launches] (W4a16GemmParams::sm_clock).
+    a.fc1_ghz = c[1] ? static_cast<double>(c[0]) / static_cast<double>(c[1]) : 0;
+    a.fc2_ghz = c[4] ? static_cast<double>(c[3]) / static_cast<double>(c[4]) : 0;
+    a.fc1_launches = static_cast<int64_t>(c[2]);
+    a.fc2_launches = static_cast<int64_t>(c[5]);
+    return a;
+  }
   const int32_t* topk_ids() const override { return topk_ids_.get<int32_t>(); }
   const float* topk_weights() const override { return topk_w_.get<float>(); }
   double weight_bytes(int active) const override {
@@ -109,6 +130,10 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
     g.k = static_cast<int>(k);
     g.num_experts = groups_;
     g.scale_a = global_scale.get<float>();
+    if (clock_on_) {  // FC1's counters first, then FC2's
+      const bool fc1 = &shape == &fc1_;
+      g.sm_clock = clock_counts_.get<unsigned long long>() + (fc1 ? 0 : 3);
+    }
     return g;
   }
   // The routing of `tokens` rows of `logits` into topk_ids / topk_weights (the permutation's
@@ -135,6 +160,9 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, counts_,
       cursors_, act_, partials_, unit_counters_, rows_out_, x_perm_, grid_barrier_,
       unit_tickets_, routing_ready_;
+  // clock accounting: [cycles, ns, launches] of FC1, then of FC2 (allocated when first turned on)
+  DeviceBuffer clock_counts_;
+  bool clock_on_ = false;
   std::shared_ptr<const TuningCache> cache_;
   CacheIdentity identity_;
   std::vector<std::string> cache_warnings_;

@@ -277,6 +277,38 @@ TEST(GpuLayer, RepeatedRunsAreBitwiseIdentical) {
   }
 }
 
+// The clock accounting counts every launch of both GEMMs in each family (T = 1: the small-batch
+// family, 5: decode, 300: prefill on sm_90a) and gives a clock a GPU can have, without changing
+// a bit of the output; turned off, it counts nothing.
+TEST(GpuLayer, ClockAccountingCountsEveryLaunch) {
+  FP4MOE_REQUIRE_GPU();
+  LayerCase c = make_case(odd_config(), 81);
+  for (int64_t tokens : {1, 5, 300}) {
+    const std::vector<float> hidden = make_hidden_states(tokens, c.weights.config.hidden, 9);
+    const std::vector<float> logits = make_router_logits(tokens, c.weights.config.num_experts, 9);
+    const LayerPlan plan = c.layer->plan_for(tokens);
+    const RunResult plain = run_layer(*c.layer, hidden, logits, tokens, &plan);
+    c.layer->set_clock_accounting(true);
+    for (int rep = 0; rep < 3; ++rep) {
+      const RunResult counted = run_layer(*c.layer, hidden, logits, tokens, &plan);
+      ASSERT_EQ(plain.out, counted.out) << "T=" << tokens;
+    }
+    const SmClockAccount a = c.layer->read_clock_accounting();
+    EXPECT_EQ(a.fc1_launches, 3) << "T=" << tokens << " " << format_tactic(plan.fc1);
+    EXPECT_EQ(a.fc2_launches, 3) << "T=" << tokens << " " << format_tactic(plan.fc2);
+    for (double ghz : {a.fc1_ghz, a.fc2_ghz}) {
+      EXPECT_GT(ghz, 0.2) << "T=" << tokens;
+      EXPECT_LT(ghz, 3.0) << "T=" << tokens;
+    }
+    std::printf("T=%lld %s / %s: SM clock %.3f / %.3f GHz\n", static_cast<long long>(tokens),
+                format_tactic(plan.fc1).c_str(), format_tactic(plan.fc2).c_str(), a.fc1_ghz, a.fc2_ghz);
+    c.layer->set_clock_accounting(false);
+    run_layer(*c.layer, hidden, logits, tokens, &plan);
+    const SmClockAccount off = c.layer->read_clock_accounting();
+    EXPECT_EQ(off.fc1_launches + off.fc2_launches, 0) << "T=" << tokens;
+  }
+}
+
 TEST(GpuLayer, RejectsBadInput) {
   FP4MOE_REQUIRE_GPU();
   LayerCase c = make_case(odd_config(), 71);

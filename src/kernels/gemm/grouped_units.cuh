@@ -181,6 +181,30 @@ __device__ __forceinline__ void griddep_launch_dependents() {
 #endif
 }
 
+// Clock accounting (W4a16GemmParams::sm_clock). Under the power cap the SMs run below the clock
+// NVML reports (the H200: 1.42-1.67 GHz in the prefill GEMMs while NVML read 1980 MHz,
+// docs/PERFORMANCE.md), so the layer measures it where it runs: minus the stamps at thread 0's
+// entry, plus those at its exit. Fire-and-forget atomics (their results unused: RED), one
+// thread of one CTA: nothing the other threads wait for.
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void sm_clock_enter(unsigned long long* acc) {
+  if (acc != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    atomicAdd(acc, 0ull - static_cast<unsigned long long>(clock64()));
+    atomicAdd(acc + 1, 0ull - global_timer_ns());
+  }
+}
+__device__ __forceinline__ void sm_clock_exit(unsigned long long* acc) {
+  if (acc != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
+    atomicAdd(acc, static_cast<unsigned long long>(clock64()));
+    atomicAdd(acc + 1, global_timer_ns());
+    atomicAdd(acc + 2, 1ull);
+  }
+}
+
 // The decode family's bulk weight copies (sm_90+; see sm80_w4a16_grouped_gemm.cuh). The
 // kernel calls them only where __CUDA_ARCH__ >= 900; elsewhere they compile to nothing.
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {

@@ -157,6 +157,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
   constexpr bool kSwiglu = Tr::kSwiglu;
 
   extern __shared__ __align__(16) uint8_t smem[];
+  w4a16::sm_clock_enter(p.sm_clock);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;  // MMA fragment coordinates
   const RoutingParams& rp = p.routing;
@@ -512,6 +513,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
       load_block_scales(lc);
       block_end(lc);
     }
+    w4a16::sm_clock_exit(p.sm_clock);
     return;
   }
   wait_b();  // also: the tables are complete
@@ -532,6 +534,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
       }
     }
   }
+  w4a16::sm_clock_exit(p.sm_clock);
 }
 
 }  // namespace fp4moe::kernels

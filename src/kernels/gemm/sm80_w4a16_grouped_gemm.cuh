@@ -129,6 +129,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
                                           Tr::prefix_bytes(p.num_experts));
   int& unit_last = warp_sums[kT.warps];  // stream-K: this CTA completes the unit
 
+  w4a16::sm_clock_enter(p.sm_clock);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;  // MMA fragment coordinates
   const int warp_row = warp % kWarpsRow, warp_tok = warp / kWarpsRow;
@@ -527,6 +528,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
     zero_acc();
   }
   ptx::cp_async_wait<0>();  // nothing may be in flight when the CTA exits
+  w4a16::sm_clock_exit(p.sm_clock);
 }
 
 }  // namespace fp4moe::kernels

@@ -352,6 +352,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
   int* warp_sums =
       reinterpret_cast<int*>(reinterpret_cast<uint8_t*>(prefix) + Tr::prefix_bytes(p.num_experts));
 
+  w4a16::sm_clock_enter(p.sm_clock);  // thread 0: the producer's copying lane
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warpgroup = warp / 4;
   if (tid == 0) {
@@ -441,6 +442,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
         sm90::mbarrier_arrive(&full[slot]);
         if (u == *units + static_cast<int>(gridDim.x) - 1) *p.unit_ticket = 0;
       }
+      w4a16::sm_clock_exit(p.sm_clock);  // its last copies are issued: the mainloop's interval
     }
     // The producers are done: the finalize's phase 2 runs on the consumers, at their registers
     // (at 40 the slot sums would be starved of registers; a kernel that took 168 back with

@@ -84,6 +84,12 @@ struct W4a16GemmParams {
   // resets both to zero for the next launch). FC2 waits for [0] - never for long: FC1 sets it
   // before its GEMM - to request its weights into L2 while FC1 runs. Optional (nullptr: none).
   unsigned* routing_ready = nullptr;
+  // ---- clock accounting (optional, nullptr: off) ------------------------------------------
+  // [SM cycles, nanoseconds, launches]: thread 0 of CTA 0 adds the clock64 and %globaltimer
+  // differences between its entry and its exit (w4a16::sm_clock_enter / sm_clock_exit), so that
+  // every launch, graph replays too, adds its interval; cycles over nanoseconds is the clock the
+  // SMs ran at.
+  unsigned long long* sm_clock = nullptr;
 };
 
 }  // namespace fp4moe::kernels
