@@ -75,7 +75,8 @@ class GpuMoeLayer {
   // of its CTA 0's first thread, entry to exit, to device counters. Under the power cap the SMs
   // run below the clock NVML reports (the H200: 1.42-1.67 GHz in prefill GEMMs while NVML read
   // 1980 MHz), and a benchmark that divides by NVML's clock misreads its kernels. Turning it on
-  // or off resets the counters; a CUDA graph captured while it is on keeps counting on replay.
+  // or off waits for the device and resets the counters (not during a stream capture); a CUDA
+  // graph captured while it is on keeps counting on replay.
   virtual void set_clock_accounting(bool on) = 0;
   // The mean clock of the launches counted since; waits for the device.
   virtual SmClockAccount read_clock_accounting() const = 0;
