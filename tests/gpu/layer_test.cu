@@ -260,18 +260,27 @@ TEST(GpuLayer, SoftmaxAndGroupLimitedRouting) {
   }
 }
 
+// Fresh inputs of `tokens` tokens for the layer of `c`, and the plan the layer takes for them.
+struct Batch {
+  std::vector<float> hidden, logits;
+  LayerPlan plan;
+};
+Batch make_batch(const LayerCase& c, int64_t tokens, uint64_t seed) {
+  const MoeConfig& cfg = c.weights.config;
+  return {make_hidden_states(tokens, cfg.hidden, seed), make_router_logits(tokens, cfg.num_experts, seed),
+          c.layer->plan_for(tokens)};
+}
+
 TEST(GpuLayer, RepeatedRunsAreBitwiseIdentical) {
   FP4MOE_REQUIRE_GPU();
   LayerCase c = make_case(odd_config(), 61);
   for (int64_t tokens : {1, 3, 300}) {
-    const std::vector<float> hidden = make_hidden_states(tokens, c.weights.config.hidden, 5);
-    const std::vector<float> logits = make_router_logits(tokens, c.weights.config.num_experts, 5);
     // Stream-K fix-ups and the finalize's arrival order vary run to run; the sums must not.
     // (T = 1: the small-batch family; T = 300: 75 tokens per expert, the prefill family on sm_90a.)
-    const LayerPlan plan = c.layer->plan_for(tokens);
-    const RunResult a = run_layer(*c.layer, hidden, logits, tokens, &plan);
+    const Batch in = make_batch(c, tokens, 5);
+    const RunResult a = run_layer(*c.layer, in.hidden, in.logits, tokens, &in.plan);
     for (int rep = 0; rep < 3; ++rep) {
-      const RunResult b = run_layer(*c.layer, hidden, logits, tokens, &plan);
+      const RunResult b = run_layer(*c.layer, in.hidden, in.logits, tokens, &in.plan);
       ASSERT_EQ(a.out, b.out) << "T=" << tokens << " run " << rep;
     }
   }
@@ -284,13 +293,12 @@ TEST(GpuLayer, ClockAccountingCountsEveryLaunch) {
   FP4MOE_REQUIRE_GPU();
   LayerCase c = make_case(odd_config(), 81);
   for (int64_t tokens : {1, 5, 300}) {
-    const std::vector<float> hidden = make_hidden_states(tokens, c.weights.config.hidden, 9);
-    const std::vector<float> logits = make_router_logits(tokens, c.weights.config.num_experts, 9);
-    const LayerPlan plan = c.layer->plan_for(tokens);
-    const RunResult plain = run_layer(*c.layer, hidden, logits, tokens, &plan);
+    const Batch in = make_batch(c, tokens, 9);
+    const LayerPlan& plan = in.plan;
+    const RunResult plain = run_layer(*c.layer, in.hidden, in.logits, tokens, &plan);
     c.layer->set_clock_accounting(true);
     for (int rep = 0; rep < 3; ++rep) {
-      const RunResult counted = run_layer(*c.layer, hidden, logits, tokens, &plan);
+      const RunResult counted = run_layer(*c.layer, in.hidden, in.logits, tokens, &plan);
       ASSERT_EQ(plain.out, counted.out) << "T=" << tokens;
     }
     const SmClockAccount a = c.layer->read_clock_accounting();
@@ -303,7 +311,7 @@ TEST(GpuLayer, ClockAccountingCountsEveryLaunch) {
     std::printf("T=%lld %s / %s: SM clock %.3f / %.3f GHz\n", static_cast<long long>(tokens),
                 format_tactic(plan.fc1).c_str(), format_tactic(plan.fc2).c_str(), a.fc1_ghz, a.fc2_ghz);
     c.layer->set_clock_accounting(false);
-    run_layer(*c.layer, hidden, logits, tokens, &plan);
+    run_layer(*c.layer, in.hidden, in.logits, tokens, &plan);
     const SmClockAccount off = c.layer->read_clock_accounting();
     EXPECT_EQ(off.fc1_launches + off.fc2_launches, 0) << "T=" << tokens;
   }
