@@ -95,6 +95,7 @@ struct GpuLayerRun {
   Routing routing;            // what the GPU routed
   LayerPlan plan;
   double median_us = 0;       // 0 when iters == 0
+  SmClockAccount sm_clock;    // the clock the GEMMs ran at over the replays (none when iters == 0)
 };
 GpuLayerRun run_gpu_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
                           const std::vector<float>& logits, int64_t tokens, int iters,

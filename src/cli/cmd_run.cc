@@ -178,6 +178,9 @@ void run_layer(const RunArgs& a) {
     const GpuLayerRun run = run_gpu_layer(*layer, hidden, logits, tokens, a.iters);
     std::printf("gpu: %.1f us per layer (median of %d CUDA-graph replays, warm L2); tactics %s / %s\n",
                 run.median_us, a.iters, format_tactic(run.plan.fc1).c_str(), format_tactic(run.plan.fc2).c_str());
+    if (run.sm_clock.fc1_launches > 0)
+      std::printf("gpu: SM clock in FC1 / FC2 %.0f / %.0f MHz (measured in the kernels: clock64 over %%globaltimer)\n",
+                  run.sm_clock.fc1_ghz * 1e3, run.sm_clock.fc2_ghz * 1e3);
     print_output(run.out, tokens, cfg.hidden);
     out = run.out;
     if (a.compare) {

@@ -43,11 +43,14 @@ GpuLayerRun run_gpu_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
   FP4MOE_CUDA_CHECK(cudaMemcpy(run.routing.weights.data(), layer.topk_weights(), run.routing.weights.size() * 4,
                                cudaMemcpyDeviceToHost));
   if (iters > 0) {
+    layer.set_clock_accounting(true);  // before the capture: the replays count
     const CapturedGraph graph(s, [&](cudaStream_t st) {
       layer.forward(dh.get<uint16_t>(), dl.get<float>(), tokens, dout.get<uint16_t>(), st, &run.plan);
     });
     // Warm L2 (no flush between replays): what a loop of identical calls sees.
     run.median_us = 1e6 * median_event_time(3, iters, s, [&] { graph.launch(s); }, [] {});
+    run.sm_clock = layer.read_clock_accounting();
+    layer.set_clock_accounting(false);
   }
   FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
   return run;
