@@ -4,7 +4,10 @@
 // on the work and on the GPU's recent history. Two processes of one binary measured the same
 // layer 7% apart; the clocks say whether that was the kernel or the GPU. NVML is loaded at run
 // time (libnvidia-ml.so.1, part of the driver): without it, or without a GPU, the monitor is
-// unavailable and reports nothing, and nothing else changes.
+// unavailable and reports nothing, and nothing else changes. NVML's clock is what the driver
+// sets, not what the SMs run at: under load it can read 1980 MHz while the kernels count 1.5-1.8
+// GHz of cycles per second, which is why the bench also prints the clock our GEMMs measure
+// themselves (GpuMoeLayer::set_clock_accounting).
 #pragma once
 
 #include <atomic>
