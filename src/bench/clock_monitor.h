@@ -4,10 +4,10 @@
 // on the work and on the GPU's recent history. Two processes of one binary measured the same
 // layer 7% apart; the clocks say whether that was the kernel or the GPU. NVML is loaded at run
 // time (libnvidia-ml.so.1, part of the driver): without it, or without a GPU, the monitor is
-// unavailable and reports nothing, and nothing else changes. NVML's clock is what the driver
-// sets, not what the SMs run at: under load it can read 1980 MHz while the kernels count 1.5-1.8
-// GHz of cycles per second, which is why the bench also prints the clock our GEMMs measure
-// themselves (GpuMoeLayer::set_clock_accounting).
+// unavailable and reports nothing, and nothing else changes. NVML's reading is not always what
+// the SMs run at: on the H200 under load it read 1980 MHz while the kernels counted 1.5-1.8 GHz
+// of cycles per second (clock64 over %globaltimer), which is why the bench also prints the
+// clock our GEMMs measure themselves (GpuMoeLayer::set_clock_accounting).
 #pragma once
 
 #include <atomic>
