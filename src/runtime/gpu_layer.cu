@@ -117,9 +117,10 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
     return kernels::W4a16SmemShape{groups_, static_cast<int>(tokens), static_cast<int>(k), slots_};
   }
   int grid_for(const W4a16Kernel& k, int dynamic_smem);
-  // What every family's launch of a GEMM shares: its prepacked weights and shape, the groups and
-  // the first global scale per group (FC1: gate, FC2: down; FC1's up scale is its own field).
-  W4a16GemmParams gemm_params(const kernels::PrepackShape& shape, const DeviceBuffer& weights,
+  // What every family's launch of a GEMM shares: its prepacked weights and shape, the groups,
+  // the first global scale per group (FC1: gate, FC2: down; FC1's up scale is its own field) and
+  // its clock counters (gemm 0: FC1, 1: FC2).
+  W4a16GemmParams gemm_params(int gemm, const kernels::PrepackShape& shape, const DeviceBuffer& weights,
                               const DeviceBuffer& scales, const DeviceBuffer& global_scale, int64_t k) const {
     W4a16GemmParams g;
     g.weights = weights.get<uint8_t>();
@@ -130,10 +131,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
     g.k = static_cast<int>(k);
     g.num_experts = groups_;
     g.scale_a = global_scale.get<float>();
-    if (clock_on_) {  // FC1's counters first, then FC2's
-      const bool fc1 = &shape == &fc1_;
-      g.sm_clock = clock_counts_.get<unsigned long long>() + (fc1 ? 0 : 3);
-    }
+    if (clock_on_) g.sm_clock = clock_counts_.get<unsigned long long>() + 3 * gemm;  // [cycles, ns, launches]
     return g;
   }
   // The routing of `tokens` rows of `logits` into topk_ids / topk_weights (the permutation's
@@ -419,7 +417,7 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
                                 x_perm_.get<uint16_t>(), pdl, s);
   record(1);
 
-  W4a16GemmParams f1 = gemm_params(fc1_, w13_, s13_, gate_gs_, cfg_.hidden);
+  W4a16GemmParams f1 = gemm_params(0, fc1_, w13_, s13_, gate_gs_, cfg_.hidden);
   f1.expert_offsets = offsets_.get<int>();
   f1.x = gathered ? x_perm_.get<uint16_t>() : hidden;
   f1.x_stride = gathered ? kernels::fragment_order_pitch(cfg_.hidden) : cfg_.hidden;
@@ -437,7 +435,7 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   k1.launch(f1, grid_for(k1, smem1), smem1, pdl, s);
   record(2);
 
-  W4a16GemmParams f2 = gemm_params(fc2_, w2_, s2_, down_gs_, cfg_.intermediate);
+  W4a16GemmParams f2 = gemm_params(1, fc2_, w2_, s2_, down_gs_, cfg_.intermediate);
   f2.expert_offsets = offsets_.get<int>();
   f2.offsets_ready = true;  // written by the routing, which FC1 waited for
   f2.x = act_.get<uint16_t>();
@@ -474,7 +472,7 @@ void GpuMoeLayerImpl::run_gemv(const uint16_t* hidden, const float* logits, int6
   record(0);
   record(1);  // the routing is FC1's prologue: its phase is empty
 
-  W4a16GemmParams f1 = gemm_params(fc1_, w13_, s13_, gate_gs_, cfg_.hidden);
+  W4a16GemmParams f1 = gemm_params(0, fc1_, w13_, s13_, gate_gs_, cfg_.hidden);
   f1.x = hidden;
   f1.x_stride = cfg_.hidden;
   f1.scale_b = up_gs_.get<float>();
@@ -491,7 +489,7 @@ void GpuMoeLayerImpl::run_gemv(const uint16_t* hidden, const float* logits, int6
   k1.launch(f1, grid1, smem1, /*pdl=*/false, s);  // the layer's first kernel
   record(2);
 
-  W4a16GemmParams f2 = gemm_params(fc2_, w2_, s2_, down_gs_, cfg_.intermediate);
+  W4a16GemmParams f2 = gemm_params(1, fc2_, w2_, s2_, down_gs_, cfg_.intermediate);
   f2.x = act_.get<uint16_t>();
   f2.x_stride = I;
   f2.slots = slots_;
