@@ -78,7 +78,10 @@ class GpuMoeLayer {
   // or off waits for the device and resets the counters (not during a stream capture); a CUDA
   // graph captured while it is on keeps counting on replay.
   virtual void set_clock_accounting(bool on) = 0;
-  // The mean clock of the launches counted since; waits for the device.
+  // The mean clock of the launches counted since; waits for the device. Over launches of a few
+  // microseconds it is coarse (an odd-shape test read 2.07 GHz for three ~10 us launches on an
+  // H200 that boosts to 1.98: %globaltimer advances in steps); over a benchmark's replays it is
+  // the clock the SMs had.
   virtual SmClockAccount read_clock_accounting() const = 0;
   // Device views of the last forward's routing, for tests: [T, k] ids and weights.
   virtual const int32_t* topk_ids() const = 0;
