@@ -24,6 +24,7 @@ struct BenchOptions {
   bool graph = true;        // time CUDA-graph replays of the layer (else plain launches)
   bool baseline = true;
   int warmup = 5;
+  double warmup_seconds = 0;  // > 0: and at least this long of them (a long run's state; event_timing.h)
   int iters = 30;
   double max_rel_error = 2e-2;  // ours vs baseline; larger fails the run
   double sustain_seconds = 3;  // > 0: the sustained BF16 ceiling too (Ceilings::bf16_flops_sustained)

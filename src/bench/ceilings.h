@@ -28,6 +28,13 @@ struct Ceilings {
   std::optional<ClockSample> bf16_sustained_clock;
 };
 
+// Reads a buffer four times the L2 back to back for `seconds` (synchronized): the first GPU work
+// after seconds of host-only work ran slower than the same work later in the process (H200,
+// glm5 T = 1 76.8 against 72.6 us when timed first, after 5 warm-up runs, ~0.6 ms; 200 runs, ~20
+// ms, removed it), so the benchmark wakes the GPU before its first timings.
+inline constexpr double kWakeSeconds = 0.05;
+void wake_gpu(double seconds = kWakeSeconds);
+
 // Median of `iters` timed runs each. Throws on CUDA/cuBLAS errors.
 double measure_read_bandwidth(int64_t bytes, int iters);
 // monitor (optional) samples the clocks while the BF16 GEMM runs; sustain_seconds > 0 measures

@@ -35,6 +35,7 @@ struct BenchArgs {
   double skew = 0;
   bool warm_l2 = false, no_graph = false, no_baseline = false;
   int iters = 30, warmup = 5;
+  double warmup_ms = 0;
   std::string json;
   std::string gpu = "h200";  // accounting GPU when none is present
   int64_t cpu_max_tokens = 4;
@@ -122,6 +123,7 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
   o.baseline = !a.no_baseline;
   o.iters = a.iters;
   o.warmup = a.warmup;
+  o.warmup_seconds = a.warmup_ms * 1e-3;
   o.use_tuning_cache = !a.no_cache;
   o.sustain_seconds = a.sustain_seconds;
   if (!a.fc1.empty()) o.fc1 = parse_tactic(a.fc1);
@@ -147,9 +149,12 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
                 "\"%%sust\" below: a layer's TFLOPS against it\n",
                 sustained / 1e12, 100.0 * sustained / r.ceilings.bf16_flops, r.ceilings.sustain_seconds,
                 clock_text(r.ceilings.bf16_sustained_clock).c_str());
-  std::printf("timing: median of %d %s after %d warm-up, %s L2; baseline: cuBLAS BF16 (routing "
-              "prepared on the host, not timed)\n\n",
-              o.iters, o.graph ? "CUDA-graph replays" : "launches", o.warmup, o.cold_l2 ? "cold" : "warm");
+  const std::string warm_for =
+      o.warmup_seconds > 0 ? " over " + std::to_string(std::lround(o.warmup_seconds * 1e3)) + " ms or more" : "";
+  std::printf("timing: median of %d %s after %d warm-up%s, %s L2; baseline: cuBLAS BF16 (routing prepared on the "
+              "host, not timed)\n\n",
+              o.iters, o.graph ? "CUDA-graph replays" : "launches", o.warmup, warm_for.c_str(),
+              o.cold_l2 ? "cold" : "warm");
   std::printf("%6s %4s %9s %9s %7s %4s %9s | %9s %7s %7s %6s %6s | %9s %7s %6s | %s\n", "T", "act",
               "MB", "GFLOP", "FLOP/B", "bnd", "floor us", "ours us", "GB/s", "TFLOPS", "%floor",
               "xfloor", "cuBLAS us", "%floor", "speed", "tactics (fc1 / fc2)");
@@ -220,7 +225,8 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
                         {"gpu", gpu_json(r.gpu)}, {"config", config_json(cfg)},
                         {"ceilings", ceilings},
                         {"options", {{"seed", o.seed}, {"skew", o.skew}, {"cold_l2", o.cold_l2},
-                                     {"graph", o.graph}, {"iters", o.iters}}},
+                                     {"graph", o.graph}, {"iters", o.iters}, {"warmup", o.warmup},
+                                     {"warmup_ms", o.warmup_seconds * 1e3}}},
                         {"rows", rows}});
 }
 #endif
@@ -334,6 +340,8 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--no-baseline", a->no_baseline, "Skip the cuBLAS BF16 baseline");
   cmd->add_option("--iters", a->iters, "Timed runs per measurement (median)")->check(CLI::Range(1, 100000));
   cmd->add_option("--warmup", a->warmup, "Untimed runs first")->check(CLI::Range(0, 100000));
+  cmd->add_option("--warmup-ms", a->warmup_ms, "Untimed runs for at least this long too: 50-100 ms puts the decode sizes under the power cap, as a long run does")
+      ->check(CLI::Range(0.0, 60000.0));
   cmd->add_option("--json", a->json, "Write the results as JSON (schema fp4moe-bench/1)");
   cmd->add_option("--gpu", a->gpu, "Without a GPU: the table GPU whose datasheet gives the floors");
   cmd->add_option("--fc1", a->fc1, "Fixed FC1 tactic (e.g. w4a16_mma:m128n8k256:s4:w8:sk1:swiglu)");

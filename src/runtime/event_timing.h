@@ -2,22 +2,37 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <vector>
 
 #include "kernels/common/cuda_check.h"
 
 namespace fp4moe {
 
-// Median time in seconds of fn() between two events, `iters` times after `warmup` runs;
-// before each timed run, `before` (untimed, e.g. an L2 flush) is enqueued.
+// Median time in seconds of fn() between two events, `iters` times after at least `warmup`
+// runs - and, where min_warmup_s > 0, at least that many seconds of them (wall time, the work
+// synchronized), which is how a long run's state is measured: under a power cap, for one.
+// Before each run, timed or not, `before` (untimed, e.g. an L2 flush) is enqueued.
 template <typename Fn, typename Before>
-double median_event_time(int warmup, int iters, cudaStream_t stream, Fn&& fn, Before&& before) {
+double median_event_time(int warmup, int iters, cudaStream_t stream, Fn&& fn, Before&& before,
+                         double min_warmup_s = 0) {
   cudaEvent_t start, stop;
   FP4MOE_CUDA_CHECK(cudaEventCreate(&start));
   FP4MOE_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) {
-    before();
-    fn();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto run = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      before();
+      fn();
+    }
+  };
+  run(warmup);
+  // More, in batches that double (a short fn() is not paced by the host's synchronizations),
+  // until min_warmup_s has passed.
+  for (int batch = std::max(1, warmup); min_warmup_s > 0; batch *= 2) {
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= min_warmup_s) break;
+    run(batch);
   }
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
