@@ -2,7 +2,6 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <chrono>
 
 #include "bench/ceilings.h"
@@ -58,23 +57,6 @@ int sm_count() {
 auto nothing = [] {};
 
 }  // namespace
-
-void wake_gpu(double seconds) {
-  int dev = 0, l2 = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-  const int64_t bytes = std::max<int64_t>(int64_t{4} * l2, int64_t{64} << 20);
-  DeviceBuffer buf(bytes), sink(4);
-  FP4MOE_CUDA_CHECK(cudaMemset(buf.get(), 0, bytes));
-  const auto t0 = std::chrono::steady_clock::now();
-  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
-    for (int i = 0; i < 8; ++i) {
-      read_stream<<<sm_count() * 8, 512>>>(buf.get<uint4>(), bytes / 16, sink.get<uint32_t>());
-      FP4MOE_CUDA_CHECK_LAUNCH();
-    }
-    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-}
 
 double measure_read_bandwidth(int64_t bytes, int iters) {
   DeviceBuffer buf(bytes), sink(4);

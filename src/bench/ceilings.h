@@ -9,6 +9,7 @@
 #include "bench/clock_monitor.h"
 
 #include "runtime/event_timing.h"
+#include "runtime/gpu_wake.h"
 #include "runtime/l2_flush.h"
 
 namespace fp4moe {
@@ -27,13 +28,6 @@ struct Ceilings {
   std::optional<ClockSample> bf16_clock;  // while the BF16 GEMM ran (where a monitor samples)
   std::optional<ClockSample> bf16_sustained_clock;
 };
-
-// Reads a buffer four times the L2 back to back for `seconds` (synchronized): the first GPU work
-// after seconds of host-only work ran slower than the same work later in the process (H200,
-// glm5 T = 1 76.8 against 72.6 us when timed first, after 5 warm-up runs, ~0.6 ms; 200 runs, ~20
-// ms, removed it), so the benchmark wakes the GPU before its first timings.
-inline constexpr double kWakeSeconds = 0.05;
-void wake_gpu(double seconds = kWakeSeconds);
 
 // Median of `iters` timed runs each. Throws on CUDA/cuBLAS errors.
 double measure_read_bandwidth(int64_t bytes, int iters);

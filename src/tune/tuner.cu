@@ -32,6 +32,7 @@
 #include "runtime/captured_graph.h"
 #include "runtime/device_buffer.h"
 #include "runtime/event_timing.h"
+#include "runtime/gpu_wake.h"
 #include "runtime/l2_flush.h"
 
 namespace fp4moe {
@@ -150,6 +151,9 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       }
     };
 
+    // The reference above is host work: the bucket's first candidate would be timed from a GPU
+    // that idled meanwhile, slower than the same plan timed later (gpu_wake.h).
+    wake_gpu();
     Tactic fc1_best = heuristic.fc1;
     for (int stage : {1, 2}) {
       TuneResult r;

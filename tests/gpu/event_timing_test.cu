@@ -1,11 +1,12 @@
-// median_event_time on a real GPU: its warm-up by count, and by time (the bench's --warmup-ms).
+// median_event_time on a real GPU: its warm-up by count, and by time (the bench's --warmup-ms);
+// wake_gpu.
 #include <gtest/gtest.h>
 
 #include <chrono>
 
-#include "bench/ceilings.h"
 #include "gpu_test_util.h"
 #include "runtime/event_timing.h"
+#include "runtime/gpu_wake.h"
 
 namespace fp4moe {
 namespace {
