@@ -14,6 +14,7 @@
 #include "kernels/common/cuda_check.h"
 #include "runtime/captured_graph.h"
 #include "runtime/device_buffer.h"
+#include "runtime/gpu_wake.h"
 
 namespace fp4moe {
 namespace {

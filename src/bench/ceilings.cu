@@ -8,6 +8,7 @@
 #include "bench/cublas_check.h"
 #include "fp4moe/error.h"
 #include "runtime/device_buffer.h"
+#include "runtime/gpu_wake.h"
 
 namespace fp4moe {
 namespace {

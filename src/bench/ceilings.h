@@ -9,7 +9,6 @@
 #include "bench/clock_monitor.h"
 
 #include "runtime/event_timing.h"
-#include "runtime/gpu_wake.h"
 #include "runtime/l2_flush.h"
 
 namespace fp4moe {
