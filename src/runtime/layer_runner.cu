@@ -8,6 +8,7 @@
 #include "runtime/captured_graph.h"
 #include "runtime/device_buffer.h"
 #include "runtime/event_timing.h"
+#include "runtime/gpu_wake.h"
 
 namespace fp4moe {
 
@@ -47,8 +48,12 @@ GpuLayerRun run_gpu_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
     const CapturedGraph graph(s, [&](cudaStream_t st) {
       layer.forward(dh.get<uint16_t>(), dl.get<float>(), tokens, dout.get<uint16_t>(), st, &run.plan);
     });
-    // Warm L2 (no flush between replays): what a loop of identical calls sees.
-    run.median_us = 1e6 * median_event_time(3, iters, s, [&] { graph.launch(s); }, [] {});
+    // Warm L2 (no flush between replays): what a loop of identical calls sees. The weights were
+    // made and prepacked on the host just before: the GPU is woken first (gpu_wake.h; H200, three
+    // rounds: glm5 T = 1 75.0 / 75.6 / 76.6 us against 75.9 / 76.3 / 76.6 without, glm5-tp8
+    // 22.5 / 22.3 / 22.4 against 22.8 / 22.6 / 22.7).
+    wake_gpu();
+    run.median_us = 1e6 * median_back_to_back_time(3, iters, s, [&] { graph.launch(s); });
     run.sm_clock = layer.read_clock_accounting();
     layer.set_clock_accounting(false);
   }

@@ -1,5 +1,5 @@
 // median_event_time on a real GPU: its warm-up by count, and by time (the bench's --warmup-ms);
-// wake_gpu.
+// median_back_to_back_time; wake_gpu.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -46,6 +46,19 @@ TEST(EventTimingOnGpu, WarmsUpForAtLeastTheTimeAsked) {
   }, [] {}, 0.03);
   EXPECT_GE(seconds_since(t0), 0.03);
   EXPECT_GT(calls, 2 + 5 + 10);  // 30 ms of ~0.1-ms runs: well past the counted warm-up
+}
+
+TEST(EventTimingOnGpu, BackToBackRunsTimeEachRunAlone) {
+  FP4MOE_REQUIRE_GPU();
+  int calls = 0;
+  const double s = median_back_to_back_time(2, 9, nullptr, [&] {
+    ++calls;
+    spin_for<<<1, 32>>>(200'000);  // ~0.1-0.15 ms at 1.4-2 GHz
+    FP4MOE_CUDA_CHECK_LAUNCH();
+  });
+  EXPECT_EQ(calls, 11);
+  EXPECT_GT(s, 50e-6);   // one run's time, not less ...
+  EXPECT_LT(s, 0.5e-3);  // ... nor the batch's (9 runs: ~1 ms and more)
 }
 
 TEST(EventTimingOnGpu, WakeGpuRunsForTheTimeAsked) {
