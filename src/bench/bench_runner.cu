@@ -146,10 +146,9 @@ BenchReport run_bench(const BenchOptions& o) {
           st[s].push_back(ms * 1e3);
         }
       }
-      for (auto& v : st) std::sort(v.begin(), v.end());
-      row.routing_us = st[0][st[0].size() / 2];
-      row.fc1_us = st[1][st[1].size() / 2];
-      row.fc2_us = st[2][st[2].size() / 2];
+      row.routing_us = median(st[0]);
+      row.fc1_us = median(st[1]);
+      row.fc2_us = median(st[2]);
       for (auto& e : ev) cudaEventDestroy(e);
     }
 

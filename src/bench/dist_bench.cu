@@ -61,11 +61,6 @@ void probe_devices(SharedPage* page) {
   waitpid(pid, &st, 0);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 void run_tp_rank(const DistBenchOptions& o, int rank, ncclComm_t comm);
 void run_ep_rank(const DistBenchOptions& o, int rank, ncclComm_t comm);
 

@@ -4,11 +4,18 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 #include <vector>
 
 #include "kernels/common/cuda_check.h"
 
 namespace fp4moe {
+
+// The middle value (the upper one of an even count), as every timing here reports.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 // Median time in seconds of fn() between two events, `iters` times after at least `warmup`
 // runs - and, where min_warmup_s > 0, at least that many seconds of them (wall time, the work
@@ -48,8 +55,7 @@ double median_event_time(int warmup, int iters, cudaStream_t stream, Fn&& fn, Be
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return median(std::move(times));
 }
 
 // Median time in seconds of fn() over `iters` runs enqueued back to back, each between its own
@@ -77,8 +83,7 @@ double median_back_to_back_time(int warmup, int iters, cudaStream_t stream, Fn&&
     times.push_back(ms * 1e-3);
   }
   for (cudaEvent_t e : events) cudaEventDestroy(e);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return median(std::move(times));
 }
 
 }  // namespace fp4moe
