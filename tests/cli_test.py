@@ -47,6 +47,16 @@ expect_one_line_error(run("run", "--hidden", "100", expect_rc=1), "multiple of")
 expect_one_line_error(run("bench", "--tokens", "1,x", expect_rc=1), "'x' is not a number")
 expect_one_line_error(run("bench", "--tokens", "1,0", expect_rc=1), "'0' is not a token count")
 expect_one_line_error(run("frobnicate", expect_rc=1), "")
+# A shape override given is applied, 0 included: validation names it, never the preset's value.
+expect_one_line_error(run("run", "--experts", "0", expect_rc=1), "number of experts must be > 0")
+expect_one_line_error(run("run", "--top-k", "0", expect_rc=1), "top_k = 0")
+expect_one_line_error(run("run", "--hidden", "0", expect_rc=1), "hidden size must be > 0")
+expect_one_line_error(run("run", "--tokens", "100000000", expect_rc=1), "not in range 1 to 16777216")
+expect_one_line_error(run("run", "--skew", "nan", expect_rc=1), "not a finite number >= 0")
+expect_one_line_error(run("bench", "--skew", "-1", expect_rc=1), "not a finite number >= 0")
+expect_one_line_error(run("run", "--threads", "-5", expect_rc=1), "--threads")
+# A batch larger than the host's memory fails before the work, with the sizes (no bad_alloc).
+expect_one_line_error(run("run", "--tokens", "16777216", "--device", "cpu", expect_rc=1), "GB of host memory")
 # Tensor parallel: refused splits and options, before any GPU or NCCL is needed.
 expect_one_line_error(run("bench", "--preset", "glm5-tp8", "--tp", "32", expect_rc=1), "multiples of 16")
 expect_one_line_error(run("bench", "--tp", "2", "--json", "/tmp/x.json", expect_rc=1), "--tp takes")
@@ -69,6 +79,10 @@ with tempfile.TemporaryDirectory() as d:
     np.save(os.path.join(d, "vec.npy"), w[0])
     expect_one_line_error(
         run("quantize", os.path.join(d, "vec.npy"), os.path.join(d, "o"), expect_rc=1), "2-D")
+    np.save(os.path.join(d, "narrow.npy"), w[:2, :40])
+    expect_one_line_error(
+        run("run", "--input", os.path.join(d, "narrow.npy"), expect_rc=1),
+        "expected shape (T, 6144), got (2, 40)")
 
 if failures:
     print("\n".join(failures))

@@ -98,6 +98,11 @@ std::vector<double> moe_reference(const MoeWeights& w, std::span<const float> hi
                                   int64_t tokens, const Routing& routing,
                                   const ReferenceOptions& opt = {});
 
+// Host bytes moe_reference holds at its peak for `tokens` tokens (its float64 rows: k routed
+// outputs, the sum, the shared expert's input, intermediates and output), the weights not
+// included: for callers that check a batch fits before they start.
+double moe_reference_host_bytes(const MoeConfig& cfg, int64_t tokens);
+
 // One expert (or the shared expert) on a set of rows: out [n, H] (float64).
 std::vector<double> expert_reference(const ExpertWeights& e, const MoeConfig& cfg,
                                      std::span<const float> x, int64_t rows,

@@ -12,6 +12,8 @@
 #include "bench/roofline.h"
 #include "cli/commands.h"
 #include "cli/shape_options.h"
+#include "cli/validators.h"
+#include "common/host_memory.h"
 #include "fp4moe/error.h"
 #include "fp4moe/hw.h"
 #include "fp4moe/synthetic.h"
@@ -258,6 +260,8 @@ void run_cpu(const BenchArgs& a, const MoeConfig& cfg, const std::string& why) {
     const Roofline f = roofline(c, bw, tf);
     double cpu_ms = NAN;
     if (T <= a.cpu_max_tokens) {
+      require_host_memory(moe_reference_host_bytes(cfg, T) + T * cfg.hidden * 4.0,
+                          "the CPU reference at T = " + std::to_string(T) + " (--cpu-max-tokens)");
       SyntheticOptions eo = so;
       eo.router = false;
       eo.materialize.assign(cfg.num_experts, false);
@@ -270,9 +274,11 @@ void run_cpu(const BenchArgs& a, const MoeConfig& cfg, const std::string& why) {
       moe_reference(ew, hidden, T, r);
       cpu_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
-    std::printf("%6lld %4d %9.1f %9.2f %7.1f %4s %9.1f | %12.1f\n", static_cast<long long>(T),
+    char cpu_cell[32] = "-";  // not timed: above --cpu-max-tokens
+    if (std::isfinite(cpu_ms)) std::snprintf(cpu_cell, sizeof cpu_cell, "%.1f", cpu_ms);
+    std::printf("%6lld %4d %9.1f %9.2f %7.1f %4s %9.1f | %12s\n", static_cast<long long>(T),
                 c.active_experts, c.bytes / 1e6, c.flops / 1e9, f.intensity,
-                f.memory_bound ? "mem" : "tc", f.floor_s * 1e6, cpu_ms);
+                f.memory_bound ? "mem" : "tc", f.floor_s * 1e6, cpu_cell);
     nlohmann::json j = {{"tokens", T}, {"cost", cost_json(c, f)}};
     if (std::isfinite(cpu_ms)) j["ours"] = {{"median_us", cpu_ms * 1e3}, {"path", "cpu_reference"}};
     rows.push_back(j);
@@ -334,7 +340,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--tokens", a->tokens, "Comma-separated token counts (default 1,2,4,...,16384)");
   cmd->add_option("--seed", a->seed, "Seed of weights, inputs and router");
   cmd->add_option("--skew", a->skew, "Routing skew (0: uniform; 2: a few experts take most tokens)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(FiniteNonNegative);
   cmd->add_flag("--warm-l2", a->warm_l2, "Do not flush the L2 before each timed run");
   cmd->add_flag("--no-graph", a->no_graph, "Time plain launches instead of CUDA-graph replays");
   cmd->add_flag("--no-baseline", a->no_baseline, "Skip the cuBLAS BF16 baseline");
@@ -350,7 +356,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--sustain-seconds", a->sustain_seconds,
                   "Seconds of back-to-back BF16 GEMMs before the sustained (power-capped) ceiling is timed; 0: skip it")
       ->check(CLI::Range(0.0, 60.0));
-  cmd->add_option("--cpu-max-tokens", a->cpu_max_tokens, "Without a GPU: time the CPU reference up to this T");
+  cmd->add_option("--cpu-max-tokens", a->cpu_max_tokens, "Without a GPU: time the CPU reference up to this T (0: none)")
+      ->check(CLI::Range(int64_t{0}, kMaxTokens));
   cmd->add_option("--tp", a->tp, "Tensor parallel over this many GPUs (one process each, NCCL): GEMMs vs all-reduce")
       ->check(CLI::Range(2, 64));
   cmd->add_option("--ep", a->ep, "Expert parallel over this many GPUs (one process each, NCCL): GEMMs vs dispatch/return")

@@ -8,6 +8,8 @@
 
 #include "cli/commands.h"
 #include "cli/shape_options.h"
+#include "cli/validators.h"
+#include "common/host_memory.h"
 #include "common/parallel.h"
 #include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
@@ -95,6 +97,24 @@ double relative_error(const std::vector<uint16_t>& got, const std::vector<double
   return std::sqrt(num / den);
 }
 
+// One expert's NVFP4 weights on the host: codes and per-16 E4M3 scales of FC1 (gate, up) and FC2.
+double expert_bytes(const MoeConfig& c) {
+  return 3.0 * static_cast<double>(c.hidden) * static_cast<double>(c.intermediate) * (0.5 + 1.0 / kNvfp4BlockSize);
+}
+
+// Host bytes the run holds for `tokens` tokens at its peak: its inputs (fp32 hidden states,
+// router logits, the routing), the bf16 output and its copy, the float64 reference where it
+// runs, and the seeded experts it materialises (all of them for the GPU). An estimate within
+// tens of percent, so that a batch this machine cannot hold fails before the work starts.
+double host_bytes_needed(const MoeConfig& c, int64_t tokens, bool gpu, bool reference) {
+  const double H = static_cast<double>(c.hidden);
+  const double k = c.routing.top_k, E = c.num_experts;
+  const double per_token = H * (4 + 2 + 2) + E * 4 * 2 + k * 8;
+  const double experts = gpu ? E + 1 : std::min(E, static_cast<double>(tokens) * k) + 1;
+  return static_cast<double>(tokens) * per_token + experts * expert_bytes(c) +
+         (reference ? moe_reference_host_bytes(c, tokens) : 0.0);
+}
+
 void run_layer(const RunArgs& a) {
   const int threads = a.threads > 0 ? a.threads : default_thread_count();
   const CudaEnvironment env = query_cuda_environment();
@@ -127,19 +147,22 @@ void run_layer(const RunArgs& a) {
   std::vector<float> hidden;
   if (!a.input.empty()) {
     const NpyArray in = read_npy(a.input);
-    FP4MOE_CHECK(in.shape.size() == 2 && in.shape[1] == cfg.hidden, a.input, ": expected shape [T, ", cfg.hidden,
-                 "], got ", in.shape.size(), " dimensions");
+    FP4MOE_CHECK(in.shape.size() == 2 && in.shape[1] == cfg.hidden, a.input, ": expected shape (T, ", cfg.hidden,
+                 "), got ", npy_shape_string(in.shape));
     tokens = in.shape[0];
+    FP4MOE_CHECK(tokens >= 1, a.input, ": the input holds no tokens");
+    require_host_memory(host_bytes_needed(cfg, tokens, use_gpu, !use_gpu || a.compare),
+                        a.input + ": the run of its " + std::to_string(tokens) + " tokens");
     hidden = npy_to_float(in, a.input);
     for (float& v : hidden) {
       FP4MOE_CHECK(std::isfinite(v), a.input, ": non-finite input value");
       v = round_to_bf16(v);  // the layer's input is bf16
     }
   } else {
-    FP4MOE_CHECK(tokens >= 1, "--tokens must be >= 1, got ", tokens);
+    require_host_memory(host_bytes_needed(cfg, tokens, use_gpu, !use_gpu || a.compare),
+                        "--tokens " + std::to_string(tokens) + ": the run");
     hidden = make_hidden_states(tokens, cfg.hidden, a.seed);
   }
-  FP4MOE_CHECK(tokens >= 1, "the input holds no tokens");
   std::vector<float> logits = router_logits_reference(hidden, tokens, w);
   if (a.skew > 0) {
     const std::vector<float> bias = make_router_logits(1, cfg.num_experts, a.seed, a.skew);
@@ -147,7 +170,6 @@ void run_layer(const RunArgs& a) {
       for (int e = 0; e < cfg.num_experts; ++e) logits[t * cfg.num_experts + e] += bias[e];
   }
   const Routing routing = route_reference(cfg.routing, logits, tokens, cfg.num_experts, w.correction_bias);
-  const double expert_bytes = 3.0 * cfg.hidden * cfg.intermediate * (0.5 + 1.0 / kNvfp4BlockSize);
   if (synthetic) {
     // CPU: only the routed experts (a GLM-5 layer holds 5.4 GB); GPU: all of them.
     SyntheticOptions so;
@@ -163,7 +185,7 @@ void run_layer(const RunArgs& a) {
     w.experts = std::move(ex.experts);
     w.shared = std::move(ex.shared);
     std::printf("weights: seeded random NVFP4 (seed %llu), %d of %d experts materialised (%.2f GB) in %.2f s\n",
-                static_cast<unsigned long long>(a.seed), n, cfg.num_experts, n * expert_bytes / 1e9,
+                static_cast<unsigned long long>(a.seed), n, cfg.num_experts, n * expert_bytes(cfg) / 1e9,
                 seconds_since(t0));
   }
   std::printf("tokens %lld: %lld (token, expert) pairs on %d of %d experts\n", static_cast<long long>(tokens),
@@ -216,11 +238,11 @@ void register_run(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
   auto* cmd = app.add_subcommand("run", "Run one MoE layer (built-in GLM-5-shaped default)");
   args->shape.add_to(cmd);
-  cmd->add_option("--tokens,-t", args->tokens, "Tokens in the batch")->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens,-t", args->tokens, "Tokens in the batch")
+      ->check(CLI::Range(int64_t{1}, kMaxTokens));
   cmd->add_option("--seed", args->seed, "Seed of the synthetic weights and inputs");
-  cmd->add_option("--threads", args->threads, "CPU threads (0: all)");
-  cmd->add_option("--skew", args->skew, "Routing skew: >0 favours a few experts")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", args->threads, "CPU threads (0: all)")->check(CLI::Range(0, 4096));
+  cmd->add_option("--skew", args->skew, "Routing skew: >0 favours a few experts")->check(FiniteNonNegative);
   cmd->add_option("--device", args->device, "auto (GPU if present), gpu, or cpu (the float64 reference)")
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
   cmd->add_flag("--compare-reference", args->compare, "Check the GPU output against the CPU reference");

@@ -1,6 +1,7 @@
 // fp4moe: the command-line tool. Errors leave as one line on stderr and a non-zero exit.
 #include <cstdio>
 #include <exception>
+#include <new>
 
 #include "cli/commands.h"
 #include "fp4moe/error.h"
@@ -31,6 +32,10 @@ int main(int argc, char** argv) {
     // One line: CLI11's message, then where to look.
     std::fprintf(stderr, "fp4moe: error: %s (see fp4moe --help)\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    // A size the up-front checks did not foresee; name the cause rather than the exception.
+    std::fprintf(stderr, "fp4moe: error: out of host memory (an allocation failed)\n");
+    return 1;
   } catch (const fp4moe::Error& e) {
     std::fprintf(stderr, "fp4moe: error: %s\n", e.what());
     return 1;

@@ -25,17 +25,17 @@ void ShapeArgs::add_to(CLI::App* cmd) {
 MoeConfig ShapeArgs::resolve() const {
   MoeConfig c = MoeConfig::preset(preset);
   bool custom = false;
-  if (hidden) { c.hidden = hidden; custom = true; }
+  if (hidden) { c.hidden = *hidden; custom = true; }
   if (intermediate) {
-    c.intermediate = intermediate;
-    if (shared_intermediate < 0 && c.shared_intermediate > 0) c.shared_intermediate = intermediate;
+    c.intermediate = *intermediate;
+    if (!shared_intermediate && c.shared_intermediate > 0) c.shared_intermediate = *intermediate;
     custom = true;
   }
-  if (shared_intermediate >= 0) { c.shared_intermediate = shared_intermediate; custom = true; }
-  if (experts) { c.num_experts = experts; custom = true; }
-  if (top_k) { c.routing.top_k = top_k; custom = true; }
-  if (n_group) { c.routing.n_group = n_group; custom = true; }
-  if (topk_group) { c.routing.topk_group = topk_group; custom = true; }
+  if (shared_intermediate) { c.shared_intermediate = *shared_intermediate; custom = true; }
+  if (experts) { c.num_experts = *experts; custom = true; }
+  if (top_k) { c.routing.top_k = *top_k; custom = true; }
+  if (n_group) { c.routing.n_group = *n_group; custom = true; }
+  if (topk_group) { c.routing.topk_group = *topk_group; custom = true; }
   if (!routing.empty()) {
     c.routing.mode = routing == "softmax" ? RoutingMode::kSoftmaxTopK : RoutingMode::kSigmoidNoAuxTc;
     custom = true;
@@ -53,8 +53,8 @@ std::vector<int64_t> parse_token_list(const std::string& s) {
     try {
       size_t pos = 0;
       const long long t = std::stoll(item, &pos);
-      FP4MOE_CHECK(pos == item.size() && t >= 1 && t <= (1 << 24), "--tokens: '", item,
-                   "' is not a token count in [1, 16777216]");
+      FP4MOE_CHECK(pos == item.size() && t >= 1 && t <= kMaxTokens, "--tokens: '", item,
+                   "' is not a token count in [1, ", kMaxTokens, "]");
       v.push_back(t);
     } catch (const std::logic_error&) {
       FP4MOE_FAIL("--tokens: '", item, "' is not a number");

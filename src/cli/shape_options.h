@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,15 +14,20 @@ namespace fp4moe::cli {
 
 struct ShapeArgs {
   std::string preset = "glm5";
-  int64_t hidden = 0, intermediate = 0, shared_intermediate = -1;
-  int experts = 0, top_k = 0, n_group = 0, topk_group = 0;
+  // Overrides of the preset's fields: unset keeps the preset's value; a value given is always
+  // applied and validated, so `--experts 0` is an error rather than the preset's 256.
+  std::optional<int64_t> hidden, intermediate, shared_intermediate;
+  std::optional<int> experts, top_k, n_group, topk_group;
   std::string routing;  // "", "softmax", "sigmoid"
 
   void add_to(CLI::App* cmd);
   MoeConfig resolve() const;  // preset + overrides, validated
 };
 
-// "1,16,64" -> {1, 16, 64}; every item a whole number in [1, 2^24], else a one-line error
+// The largest batch a command takes (the GPU layer's limit too).
+inline constexpr int64_t kMaxTokens = int64_t{1} << 24;
+
+// "1,16,64" -> {1, 16, 64}; every item a whole number in [1, kMaxTokens], else a one-line error
 // naming the item. An empty string gives an empty list (the caller's default).
 std::vector<int64_t> parse_token_list(const std::string& s);
 

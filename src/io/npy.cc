@@ -122,15 +122,19 @@ NpyArray read_npy(const std::string& path) {
   return a;
 }
 
-void write_npy(const std::string& path, const NpyArray& a) {
-  std::string shape = "(";
-  for (size_t i = 0; i < a.shape.size(); ++i) {
-    shape += std::to_string(a.shape[i]);
-    if (a.shape.size() == 1 || i + 1 < a.shape.size()) shape += ",";
-    if (i + 1 < a.shape.size()) shape += " ";
+std::string npy_shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "(";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    s += std::to_string(shape[i]);
+    if (shape.size() == 1 || i + 1 < shape.size()) s += ",";
+    if (i + 1 < shape.size()) s += " ";
   }
-  shape += ")";
-  std::string header = "{'descr': '" + a.descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  return s + ")";
+}
+
+void write_npy(const std::string& path, const NpyArray& a) {
+  std::string header =
+      "{'descr': '" + a.descr + "', 'fortran_order': False, 'shape': " + npy_shape_string(a.shape) + ", }";
   const size_t unpadded = 6 + 2 + 2 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
   header += '\n';

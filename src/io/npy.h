@@ -20,6 +20,8 @@ struct NpyArray {
 // Throws fp4moe::Error naming the file and what is wrong (bad magic, unsupported dtype,
 // Fortran order, truncated data).
 NpyArray read_npy(const std::string& path);
+// A shape as numpy writes it: (2, 100), (7,), ().
+std::string npy_shape_string(const std::vector<int64_t>& shape);
 void write_npy(const std::string& path, const NpyArray& a);
 
 // Float conversions of the numeric dtypes we accept: <f4, <f8, <f2 (IEEE half), and <V2 read

@@ -86,6 +86,12 @@ std::vector<double> expert_reference(const ExpertWeights& e, const MoeConfig& cf
   return nvfp4_gemm_nt(e.down, down_in, rows, opt.threads);
 }
 
+double moe_reference_host_bytes(const MoeConfig& cfg, int64_t tokens) {
+  const double H = static_cast<double>(cfg.hidden), I = static_cast<double>(cfg.intermediate);
+  const double per_token = H * (cfg.routing.top_k + 3) + 4 * I;  // doubles; see moe_reference
+  return 8.0 * per_token * static_cast<double>(tokens);
+}
+
 std::vector<double> moe_reference(const MoeWeights& w, std::span<const float> hidden,
                                   int64_t tokens, const Routing& routing,
                                   const ReferenceOptions& opt) {
