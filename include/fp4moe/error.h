@@ -5,6 +5,7 @@
 // location is kept apart from the message so that the CLI can print one clean line.
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -32,6 +33,17 @@ template <typename... Args>
   throw Error(os.str(), file, line);
 }
 }  // namespace detail
+
+// a x b for sizes a caller gives (rows x cols, tokens x experts): an Error naming `what` where a
+// factor is negative or the product leaves int64, so that a wrapped product can never pass a
+// size comparison and index past a buffer.
+inline int64_t checked_size(int64_t a, int64_t b, const char* what) {
+  int64_t n = 0;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &n))
+    detail::throw_error(__FILE__, __LINE__, what, ": size ", a, " x ", b,
+                        a < 0 || b < 0 ? " is negative" : " overflows a 64-bit count");
+  return n;
+}
 
 }  // namespace fp4moe
 

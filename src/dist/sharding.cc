@@ -6,9 +6,17 @@ namespace fp4moe {
 
 const char* to_string(ShardMode m) { return m == ShardMode::kTensor ? "tensor" : "expert"; }
 
-void validate_shard(const MoeConfig& cfg, const Shard& s) {
+namespace {
+
+void check_rank(const Shard& s) {
   FP4MOE_CHECK(s.world >= 1, "shard: world size ", s.world, " must be >= 1");
   FP4MOE_CHECK(s.rank >= 0 && s.rank < s.world, "shard: rank ", s.rank, " outside [0, ", s.world, ")");
+}
+
+}  // namespace
+
+void validate_shard(const MoeConfig& cfg, const Shard& s) {
+  check_rank(s);
   if (s.mode == ShardMode::kTensor) {
     FP4MOE_CHECK(cfg.intermediate % (int64_t{16} * s.world) == 0, "tensor parallel ", s.world,
                  ": the intermediate size ", cfg.intermediate, " must split into multiples of 16 (I % ",
@@ -23,16 +31,23 @@ void validate_shard(const MoeConfig& cfg, const Shard& s) {
 }
 
 IndexRange tp_columns(int64_t intermediate, const Shard& s) {
+  check_rank(s);
+  FP4MOE_CHECK(intermediate >= 0 && intermediate % (int64_t{16} * s.world) == 0, "tensor parallel ", s.world,
+               ": ", intermediate, " columns do not split into whole 16-column blocks");
   const int64_t w = intermediate / s.world;
   return {s.rank * w, (s.rank + 1) * w};
 }
 
 IndexRange ep_experts(int num_experts, const Shard& s) {
+  check_rank(s);
+  FP4MOE_CHECK(num_experts >= 0 && num_experts % s.world == 0, "expert parallel ", s.world, ": ", num_experts,
+               " experts do not split evenly");
   const int64_t w = num_experts / s.world;
   return {s.rank * w, (s.rank + 1) * w};
 }
 
 Nvfp4Matrix slice_rows(const Nvfp4Matrix& m, IndexRange r) {
+  m.validate("slice_rows");
   FP4MOE_CHECK(r.begin >= 0 && r.begin <= r.end && r.end <= m.rows, "slice_rows: [", r.begin, ", ", r.end,
                ") outside ", m.rows, " rows");
   Nvfp4Matrix s;
@@ -46,6 +61,7 @@ Nvfp4Matrix slice_rows(const Nvfp4Matrix& m, IndexRange r) {
 }
 
 Nvfp4Matrix slice_cols(const Nvfp4Matrix& m, IndexRange c) {
+  m.validate("slice_cols");
   FP4MOE_CHECK(c.begin >= 0 && c.begin <= c.end && c.end <= m.cols && c.begin % 16 == 0 && c.end % 16 == 0,
                "slice_cols: [", c.begin, ", ", c.end, ") is not a range of whole 16-column blocks of ", m.cols);
   Nvfp4Matrix s;
@@ -86,6 +102,7 @@ ExpertWeights tp_expert(const ExpertWeights& e, IndexRange cols) {
 }  // namespace
 
 MoeWeights shard_weights(const MoeWeights& full, const Shard& s) {
+  full.validate();
   MoeWeights w;
   w.config = shard_config(full.config, s);
   w.router_weight = full.router_weight;

@@ -117,6 +117,17 @@ TEST(Sharding, RefusesSplitsThatDoNotDivide) {
   EXPECT_NE(message({ShardMode::kTensor, 2, 2}).find("rank 2"), std::string::npos);
   EXPECT_EQ(message({ShardMode::kTensor, 7, 8}), "accepted");
   EXPECT_THROW(slice_cols(small_weights(c).experts[0].down, {8, 24}), Error);
+  // The index helpers check their split themselves (world 0 divided by zero).
+  EXPECT_THROW(tp_columns(256, Shard{ShardMode::kTensor, 0, 0}), Error);
+  EXPECT_THROW(ep_experts(8, Shard{ShardMode::kExpert, 0, 0}), Error);
+  EXPECT_THROW(tp_columns(100, Shard{ShardMode::kTensor, 0, 3}), Error);  // would drop column 99
+  // Weights whose expert list or bytes disagree with their config are refused, not read past.
+  MoeWeights short_list = small_weights(c);
+  short_list.experts.resize(2);
+  EXPECT_THROW(shard_weights(short_list, Shard{ShardMode::kExpert, 1, 2}), Error);
+  Nvfp4Matrix lying = small_weights(c).experts[0].down;
+  lying.data.resize(16);
+  EXPECT_THROW(slice_rows(lying, {0, 1}), Error);
 }
 
 }  // namespace

@@ -11,8 +11,9 @@ Mxfp4Matrix quantize_mxfp4(std::span<const float> w, int64_t rows, int64_t cols)
   FP4MOE_CHECK(rows >= 0 && cols >= 0, "quantize_mxfp4: negative shape");
   FP4MOE_CHECK(cols % kMxfp4BlockSize == 0, "quantize_mxfp4: K = ", cols,
                " is not a multiple of the block size ", kMxfp4BlockSize);
-  FP4MOE_CHECK(static_cast<int64_t>(w.size()) == rows * cols, "quantize_mxfp4: buffer holds ",
-               w.size(), " elements, shape needs ", rows * cols);
+  const int64_t n = checked_size(rows, cols, "quantize_mxfp4");
+  FP4MOE_CHECK(static_cast<int64_t>(w.size()) == n, "quantize_mxfp4: buffer holds ",
+               w.size(), " elements, shape needs ", n);
   Mxfp4Matrix q;
   q.rows = rows;
   q.cols = cols;

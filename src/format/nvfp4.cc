@@ -15,8 +15,9 @@ void check_matrix_input(std::span<const float> w, int64_t rows, int64_t cols, in
   FP4MOE_CHECK(rows >= 0 && cols >= 0, what, ": negative shape [", rows, ", ", cols, "]");
   FP4MOE_CHECK(cols % block == 0, what, ": K = ", cols, " is not a multiple of the block size ",
                block);
-  FP4MOE_CHECK(static_cast<int64_t>(w.size()) == rows * cols, what, ": buffer holds ", w.size(),
-               " elements, shape [", rows, ", ", cols, "] needs ", rows * cols);
+  const int64_t n = checked_size(rows, cols, what);
+  FP4MOE_CHECK(static_cast<int64_t>(w.size()) == n, what, ": buffer holds ", w.size(),
+               " elements, shape [", rows, ", ", cols, "] needs ", n);
   for (size_t i = 0; i < w.size(); ++i) {
     FP4MOE_CHECK(std::isfinite(w[i]), what, ": element ", i, " (row ", i / std::max<int64_t>(cols, 1),
                  ", col ", i % std::max<int64_t>(cols, 1), ") is ", w[i],
@@ -35,7 +36,10 @@ float block_amax(const float* x, int n) {
 float nvfp4_global_scale_for_amax(float amax) {
   FP4MOE_CHECK(std::isfinite(amax) && amax >= 0.0f, "amax must be finite and >= 0, got ", amax);
   if (amax == 0.0f) return 1.0f;
-  return amax / (kE2m1Max * kE4m3Max);
+  const float g = amax / (kE2m1Max * kE4m3Max);
+  FP4MOE_CHECK(g > 0.0f, "amax ", amax, " is below what an NVFP4 global scale can hold (amax / ",
+               kE2m1Max * kE4m3Max, " underflows float32)");
+  return g;
 }
 
 Nvfp4Matrix quantize_nvfp4(std::span<const float> w, int64_t rows, int64_t cols) {
@@ -50,6 +54,8 @@ Nvfp4Matrix quantize_nvfp4_with_global(std::span<const float> w, int64_t rows, i
   check_matrix_input(w, rows, cols, kNvfp4BlockSize, "quantize_nvfp4");
   FP4MOE_CHECK(std::isfinite(global_scale) && global_scale > 0.0f,
                "quantize_nvfp4: global scale must be finite and > 0, got ", global_scale);
+  FP4MOE_CHECK(std::isfinite(kE2m1Max * global_scale), "quantize_nvfp4: global scale ", global_scale,
+               " is too large (6 x global scale overflows float32)");
   Nvfp4Matrix q;
   q.rows = rows;
   q.cols = cols;
@@ -125,6 +131,7 @@ std::vector<float> Nvfp4Matrix::dequantize() const {
 
 void Nvfp4Matrix::validate(const char* what) const {
   FP4MOE_CHECK(rows >= 0 && cols >= 0, what, ": negative shape [", rows, ", ", cols, "]");
+  checked_size(rows, cols, what);
   FP4MOE_CHECK(cols % kNvfp4BlockSize == 0, what, ": K = ", cols,
                " is not a multiple of the NVFP4 block size ", kNvfp4BlockSize);
   FP4MOE_CHECK(static_cast<int64_t>(data.size()) == rows * cols / 2, what, ": weight holds ",

@@ -97,6 +97,13 @@ TEST(Nvfp4, RejectsBadShapesAndNonFiniteValues) {
   bad[17] = std::numeric_limits<float>::infinity();
   EXPECT_THROW(quantize_nvfp4(bad, 1, 32), Error);
   EXPECT_THROW(quantize_nvfp4_activations(std::vector<float>(16, 1.0f), 1, 16, 0.0f), Error);
+  // rows x cols past int64 once wrapped to the buffer's size and was read past it.
+  EXPECT_THROW(quantize_nvfp4(std::vector<float>(16, 1.0f), (int64_t{1} << 60) + 1, 16), Error);
+  EXPECT_THROW(quantize_mxfp4(std::vector<float>(32, 1.0f), (int64_t{1} << 59) + 1, 32), Error);
+  // A global scale whose 6x overflows made every block "zero"; an amax too small for any
+  // global scale underflowed to 0.
+  EXPECT_THROW(quantize_nvfp4_with_global(std::vector<float>(16, 1.0f), 1, 16, 1e38f), Error);
+  EXPECT_THROW(quantize_nvfp4(std::vector<float>(16, 1e-42f), 1, 16), Error);
 }
 
 TEST(Nvfp4, ZeroBlockTakesScaleOneAndZeroMatrixIsValid) {

@@ -130,6 +130,8 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
 Tactic gemv_tactic(Epilogue ep) { return Tactic{Family::kW4a16Gemv, 16, 8, 256, 2, 6, 1, ep, false}; }
 
 LayerPlan heuristic_plan(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu) {
+  cfg.validate();
+  FP4MOE_CHECK(tokens >= 1, "heuristic plan: token count must be >= 1, got ", tokens);
   if (narrow_experts(cfg) && tokens <= kGemvMaxTokensNarrow && cfg.num_experts <= 256) {
     const LayerPlan gemv{gemv_tactic(Epilogue::kSwiglu), gemv_tactic(Epilogue::kFinalize)};
     const auto fits = [&](const Tactic& t) {

@@ -21,6 +21,8 @@ int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 // at all: `arch_ok` false -> unsupported with `arch_reason`.
 ResourceReport w4a16_report(const char* family, const Tactic& t, const GpuSpec& gpu, DataType dtype, bool arch_ok,
                             const std::string& arch_reason) {
+  FP4MOE_CHECK(t.warps > 0 && t.tile_rows > 0 && t.tile_tokens > 0 && t.tile_k > 0, "resource model: ",
+               format_tactic(t), " has no warps or an empty tile");
   ResourceReport r = report_header(t, gpu, dtype);
   r.threads = t.warps * 32;
   if (dtype != DataType::kNvfp4) {

@@ -96,6 +96,18 @@ Tactic parse_tactic(const std::string& text) {
   FP4MOE_CHECK(t.tile_rows > 0 && t.tile_tokens > 0 && t.tile_k > 0 && t.stages >= 0 &&
                    t.warps >= 0 && t.split_k > 0,
                "tactic '", text, "': sizes must be positive");
+  // The ranges encode_tactic packs (so that decode_tactic(encode_tactic(t)) == t), K in whole
+  // 16-element blocks, and a warp count for our own families (w0 means "the family's own" only
+  // in the CUTLASS profiles).
+  FP4MOE_CHECK(t.tile_rows < 4096 && t.tile_tokens < 1024 && t.tile_k < 16384 && t.stages < 64 &&
+                   t.warps < 64 && t.split_k < 256,
+               "tactic '", text, "': a field exceeds its range (rows < 4096, tokens < 1024, K < 16384, "
+               "stages and warps < 64, split-K < 256)");
+  FP4MOE_CHECK(t.tile_k % 16 == 0, "tactic '", text, "': K ", t.tile_k,
+               " is not a multiple of the block size 16");
+  const bool cutlass = t.family == Family::kCutlassSm120 || t.family == Family::kCutlassSm100;
+  FP4MOE_CHECK(cutlass || t.warps > 0, "tactic '", text, "': ", parts[0], " needs a warp count (w0 is "
+               "only for the CUTLASS profiles)");
   return t;
 }
 

@@ -27,7 +27,12 @@ TEST(Tactic, FormatParseRoundTripsEveryListedTactic) {
 TEST(Tactic, BadTextIsAClearError) {
   for (const char* bad : {"", "w4a16_mma", "nope:m1n1k1:s1:w1:sk1:none", "w4a16_mma:m128k256:s4:w4:sk1:none",
                           "w4a16_mma:m128n32k256:s4:w4:sk1:fused", "w4a16_mma:mXn32k256:s4:w4:sk1:none",
-                          "w4a16_mma:m128n32k256:s4:w4:sk1:none:swap", "w4a16_mma:m0n32k256:s4:w4:sk1:none"}) {
+                          "w4a16_mma:m128n32k256:s4:w4:sk1:none:swap", "w4a16_mma:m0n32k256:s4:w4:sk1:none",
+                          // no warps for our own family (the resource model would divide by 0),
+                          // K not in whole blocks, and fields wider than encode_tactic packs
+                          "w4a16_mma:m128n16k256:s4:w0:sk1:finalize", "w4a16_mma:m7n3k17:s2:w4:sk1:none",
+                          "w4a16_mma:m4096n8k256:s2:w4:sk1:none", "w4a16_mma:m128n1024k256:s2:w4:sk1:none",
+                          "w4a16_mma:m128n8k256:s64:w4:sk1:none", "w4a16_mma:m128n8k256:s2:w4:sk256:none"}) {
     EXPECT_THROW(parse_tactic(bad), Error) << bad;
   }
   try {

@@ -123,6 +123,13 @@ void MoeWeights::validate() const {
                    static_cast<int>(correction_bias.size()) == config.num_experts,
                "MoE weights: e_score_correction_bias holds ", correction_bias.size(),
                " values, expected ", config.num_experts);
+  // NaN would pass every comparison of the routing's sorts (their order then undefined).
+  for (size_t i = 0; i < router_weight.size(); ++i)
+    FP4MOE_CHECK(std::isfinite(router_weight[i]), "MoE weights: router weight [", i / config.hidden, ", ",
+                 i % config.hidden, "] is ", router_weight[i]);
+  for (size_t e = 0; e < correction_bias.size(); ++e)
+    FP4MOE_CHECK(std::isfinite(correction_bias[e]), "MoE weights: e_score_correction_bias of expert ", e,
+                 " is ", correction_bias[e]);
 }
 
 }  // namespace fp4moe

@@ -67,8 +67,11 @@ std::vector<double> expert_reference(const ExpertWeights& e, const MoeConfig& cf
                                      const ReferenceOptions& opt) {
   FP4MOE_CHECK(e.materialized(), "expert_reference: expert weights are not materialised");
   const int64_t H = e.gate.cols, I = e.gate.rows;
-  FP4MOE_CHECK(static_cast<int64_t>(x.size()) == rows * H, "expert_reference: input holds ",
-               x.size(), " values, expected [", rows, ", ", H, "]");
+  e.validate(H, I, "expert_reference: expert");  // the three matrices agree and hold their shapes
+  FP4MOE_CHECK(static_cast<int64_t>(x.size()) == checked_size(rows, H, "expert_reference: input"),
+               "expert_reference: input holds ", x.size(), " values, expected [", rows, ", ", H, "]");
+  for (size_t i = 0; i < x.size(); ++i)
+    FP4MOE_CHECK(std::isfinite(x[i]), "expert_reference: input value ", i, " is ", x[i]);
   const bool q = cfg.quantize_activations;
   const std::vector<double> gate =
       nvfp4_gemm_nt(e.gate, gemm_input(x, rows, H, q, e.gate_input_scale), rows, opt.threads);
@@ -99,8 +102,8 @@ std::vector<double> moe_reference(const MoeWeights& w, std::span<const float> hi
   cfg.validate();
   const int64_t H = cfg.hidden;
   const int k = cfg.routing.top_k;
-  FP4MOE_CHECK(static_cast<int64_t>(hidden.size()) == tokens * H, "moe_reference: hidden holds ",
-               hidden.size(), " values, expected [", tokens, ", ", H, "]");
+  FP4MOE_CHECK(static_cast<int64_t>(hidden.size()) == checked_size(tokens, H, "moe_reference: hidden"),
+               "moe_reference: hidden holds ", hidden.size(), " values, expected [", tokens, ", ", H, "]");
   FP4MOE_CHECK(routing.tokens == tokens && routing.top_k == k &&
                    static_cast<int64_t>(routing.ids.size()) == tokens * k &&
                    routing.weights.size() == routing.ids.size(),
@@ -117,6 +120,8 @@ std::vector<double> moe_reference(const MoeWeights& w, std::span<const float> hi
     FP4MOE_CHECK(e >= 0 && e < cfg.num_experts, "moe_reference: routed expert id ", e,
                  " (token ", p / k, ", slot ", p % k, ") is out of range [0, ", cfg.num_experts,
                  ")");
+    FP4MOE_CHECK(std::isfinite(routing.weights[p]), "moe_reference: routing weight of token ", p / k,
+                 ", slot ", p % k, " is ", routing.weights[p]);
     pairs[e].push_back(p);
   }
   // rows[p] = expert output of pair p, unweighted.
@@ -125,6 +130,7 @@ std::vector<double> moe_reference(const MoeWeights& w, std::span<const float> hi
     if (pairs[e].empty()) continue;
     FP4MOE_CHECK(w.experts[e].materialized(), "moe_reference: expert ", e,
                  " received tokens but its weights are not materialised");
+    w.experts[e].validate(H, cfg.intermediate, "moe_reference: experts." + std::to_string(e));
     std::vector<float> x(pairs[e].size() * H);
     for (size_t i = 0; i < pairs[e].size(); ++i) {
       const int64_t t = pairs[e][i] / k;
@@ -146,6 +152,7 @@ std::vector<double> moe_reference(const MoeWeights& w, std::span<const float> hi
   if (cfg.has_shared_expert()) {
     FP4MOE_CHECK(w.shared && w.shared->materialized(),
                  "moe_reference: the config has a shared expert but its weights are missing");
+    w.shared->validate(H, cfg.shared_intermediate, "moe_reference: shared_experts");
     const std::vector<double> s = expert_reference(*w.shared, cfg, hidden, tokens, opt);
     for (size_t i = 0; i < out.size(); ++i) out[i] += s[i];
   }

@@ -201,6 +201,17 @@ TEST(MoeReference, RejectsBadInput) {
   MoeWeights unmat = l.w;
   unmat.experts[r.ids[0]] = ExpertWeights{};
   EXPECT_THROW(moe_reference(unmat, l.x, 2, r), Error);
+  // An expert whose matrix disagrees with the config (it overran the SwiGLU's rows), a NaN
+  // routing weight and a NaN input are errors, not NaN outputs.
+  MoeWeights narrow = l.w;
+  narrow.experts[r.ids[0]].up = quantize_nvfp4(std::vector<float>(16 * 4, 1.0f), 1, 64);
+  EXPECT_THROW(moe_reference(narrow, l.x, 2, r), Error);
+  Routing nan_weight = r;
+  nan_weight.weights[0] = std::nanf("");
+  EXPECT_THROW(moe_reference(l.w, l.x, 2, nan_weight), Error);
+  std::vector<float> nan_x = l.x;
+  nan_x[5] = std::nanf("");
+  EXPECT_THROW(moe_reference(l.w, nan_x, 2, r), Error);
 }
 
 }  // namespace

@@ -37,8 +37,9 @@ std::vector<int> top_k_indices(const std::vector<double>& v, int k,
 Routing route_reference(const RoutingConfig& cfg, std::span<const float> logits, int64_t tokens,
                         int num_experts, std::span<const float> correction_bias) {
   FP4MOE_CHECK(tokens >= 0, "route: negative token count ", tokens);
-  FP4MOE_CHECK(static_cast<int64_t>(logits.size()) == tokens * num_experts, "route: logits hold ",
-               logits.size(), " values, expected [", tokens, ", ", num_experts, "]");
+  FP4MOE_CHECK(num_experts >= 1, "route: number of experts must be >= 1, got ", num_experts);
+  FP4MOE_CHECK(static_cast<int64_t>(logits.size()) == checked_size(tokens, num_experts, "route: logits"),
+               "route: logits hold ", logits.size(), " values, expected [", tokens, ", ", num_experts, "]");
   FP4MOE_CHECK(correction_bias.empty() || static_cast<int>(correction_bias.size()) == num_experts,
                "route: correction bias holds ", correction_bias.size(), " values, expected ",
                num_experts);
@@ -48,6 +49,14 @@ Routing route_reference(const RoutingConfig& cfg, std::span<const float> logits,
                    cfg.topk_group <= cfg.n_group,
                "route: n_group = ", cfg.n_group, ", topk_group = ", cfg.topk_group,
                " invalid for ", num_experts, " experts");
+  FP4MOE_CHECK(cfg.top_k <= cfg.topk_group * (num_experts / cfg.n_group), "route: top_k = ", cfg.top_k,
+               " exceeds the ", cfg.topk_group * (num_experts / cfg.n_group), " experts of the ",
+               cfg.topk_group, " selected groups");
+  FP4MOE_CHECK(std::isfinite(cfg.routed_scaling_factor) && cfg.routed_scaling_factor > 0,
+               "route: routed_scaling_factor must be finite and > 0, got ", cfg.routed_scaling_factor);
+  for (size_t e = 0; e < correction_bias.size(); ++e)
+    FP4MOE_CHECK(std::isfinite(correction_bias[e]), "route: correction bias of expert ", e, " is ",
+                 correction_bias[e]);
   Routing r;
   r.tokens = tokens;
   r.top_k = cfg.top_k;
@@ -108,8 +117,11 @@ std::vector<float> router_logits_reference(std::span<const float> hidden, int64_
   const int64_t H = w.config.hidden;
   const int E = w.config.num_experts;
   FP4MOE_CHECK(!w.router_weight.empty(), "router logits: the layer has no router weight");
-  FP4MOE_CHECK(static_cast<int64_t>(hidden.size()) == tokens * H, "router logits: hidden holds ",
-               hidden.size(), " values, expected [", tokens, ", ", H, "]");
+  FP4MOE_CHECK(E >= 1 && static_cast<int64_t>(w.router_weight.size()) == checked_size(E, H, "router logits"),
+               "router logits: the router weight holds ", w.router_weight.size(), " values, expected [", E,
+               ", ", H, "]");
+  FP4MOE_CHECK(static_cast<int64_t>(hidden.size()) == checked_size(tokens, H, "router logits: hidden"),
+               "router logits: hidden holds ", hidden.size(), " values, expected [", tokens, ", ", H, "]");
   std::vector<float> logits(static_cast<size_t>(tokens * E));
   for (int64_t t = 0; t < tokens; ++t)
     for (int e = 0; e < E; ++e) {

@@ -67,6 +67,21 @@ TEST(Routing, RejectsBadInput) {
   EXPECT_THROW(route_reference(c, nan_logits, 2, 4, {}), Error);
   c.top_k = 5;
   EXPECT_THROW(route_reference(c, std::vector<float>(8), 2, 4, {}), Error);
+  // NaN orders nothing: a bias or scaling factor of NaN once chose the worst experts silently.
+  c.top_k = 2;
+  RoutingConfig g{RoutingMode::kSigmoidNoAuxTc, 2, 1, 1, true, 1.0f};
+  const std::vector<float> logits = {-3, -2, 3, 4};
+  EXPECT_THROW(route_reference(g, logits, 1, 4, std::vector<float>{0, 0, std::nanf(""), 0}), Error);
+  EXPECT_THROW(route_reference(g, logits, 1, 4, std::vector<float>{0, 0, 0, INFINITY}), Error);
+  g.routed_scaling_factor = std::nanf("");
+  EXPECT_THROW(route_reference(g, logits, 1, 4, {}), Error);
+  g.routed_scaling_factor = -2.0f;
+  EXPECT_THROW(route_reference(g, logits, 1, 4, {}), Error);
+  // top_k beyond the experts of the selected groups (it read past its id list).
+  RoutingConfig few{RoutingMode::kSigmoidNoAuxTc, 3, 4, 1, true, 1.0f};
+  EXPECT_THROW(route_reference(few, std::vector<float>(8, 0.5f), 1, 8, {}), Error);
+  // tokens x experts past int64 wrapped to a size that matched an empty logits span.
+  EXPECT_THROW(route_reference(c, {}, int64_t{1} << 62, 4, {}), Error);
 }
 
 TEST(MoeConfigTest, PresetsAndValidation) {

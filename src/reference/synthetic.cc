@@ -17,8 +17,9 @@ constexpr uint64_t kStreamsPerExpert = 16;
 
 Nvfp4Matrix make_synthetic_nvfp4(int64_t rows, int64_t cols, uint64_t seed, uint64_t stream,
                                  WeightInit init) {
-  FP4MOE_CHECK(cols % kNvfp4BlockSize == 0, "synthetic NVFP4: K = ", cols,
-               " is not a multiple of 16");
+  FP4MOE_CHECK(cols > 0 && cols % kNvfp4BlockSize == 0, "synthetic NVFP4: K = ", cols,
+               " is not a positive multiple of 16");
+  checked_size(rows, cols, "synthetic NVFP4");
   Rng rng(seed, stream);
   if (init == WeightInit::kQuantizedGaussian) {
     std::vector<float> w(static_cast<size_t>(rows * cols));
@@ -89,18 +90,21 @@ MoeWeights make_synthetic_moe(const MoeConfig& cfg, const SyntheticOptions& opt)
 
 std::vector<float> make_hidden_states(int64_t tokens, int64_t hidden, uint64_t seed) {
   Rng rng(seed, 0x48494444454Eull);  // "HIDDEN"
-  std::vector<float> x(static_cast<size_t>(tokens * hidden));
+  std::vector<float> x(static_cast<size_t>(checked_size(tokens, hidden, "hidden states")));
   for (auto& v : x) v = round_to_bf16(static_cast<float>(rng.normal()));
   return x;
 }
 
 std::vector<float> make_router_logits(int64_t tokens, int num_experts, uint64_t seed, double skew) {
+  FP4MOE_CHECK(std::isfinite(skew) && skew >= 0, "router logits: skew must be finite and >= 0, got ", skew);
+  FP4MOE_CHECK(num_experts >= 1, "router logits: number of experts must be >= 1, got ", num_experts);
+  const int64_t n = checked_size(tokens, num_experts, "router logits");
   Rng pop(seed, 0x504F50ull);  // per-expert popularity
   std::vector<double> offset(num_experts, 0.0);
   if (skew > 0)
     for (auto& o : offset) o = skew * pop.normal();
   Rng rng(seed, 0x4C4F474954ull);  // "LOGIT"
-  std::vector<float> l(static_cast<size_t>(tokens * num_experts));
+  std::vector<float> l(static_cast<size_t>(n));
   for (int64_t t = 0; t < tokens; ++t)
     for (int e = 0; e < num_experts; ++e)
       l[t * num_experts + e] = static_cast<float>(rng.normal() + offset[e]);

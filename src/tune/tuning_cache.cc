@@ -50,26 +50,53 @@ Epilogue epilogue_from(const std::string& s) {
   FP4MOE_FAIL("unknown epilogue '", s, "'");
 }
 
+// An integer field within [lo, hi]: nlohmann's get<int> would take 4294967552 as 256 and 16.5
+// as 16, and such an entry could then match another layer's key.
+template <typename T>
+T integer(const json& j, const char* key, T lo, T hi) {
+  const json& v = j.at(key);
+  FP4MOE_CHECK(v.is_number_integer(), "'", key, "' is not an integer");
+  FP4MOE_CHECK(v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+                                      : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi,
+               "'", key, "' = ", v.dump(), " is outside [", lo, ", ", hi, "]");
+  return static_cast<T>(v.get<int64_t>());
+}
+
+double time_field(const json& j, const char* key) {
+  const json& v = j.at(key);
+  FP4MOE_CHECK(v.is_number() && v.get<double>() > 0 && std::isfinite(v.get<double>()), "'", key,
+               "' is not a positive time");
+  return v.get<double>();
+}
+
 CacheEntry from_json(const json& j) {
+  constexpr int64_t kBig = int64_t{1} << 40;
   CacheEntry e;
+  const json& g = j.at("gemm");
   e.id.gpu = j.at("gpu").get<std::string>();
-  e.id.sm = j.at("sm").get<int>();
-  e.id.driver = j.at("driver").get<int>();
+  e.id.sm = integer<int>(j, "sm", 0, 1000);
+  e.id.driver = integer<int>(j, "driver", 0, 1 << 30);
   e.id.library = j.at("library").get<std::string>();
-  e.gemm.n_out = j.at("gemm").at("n_out").get<int64_t>();
-  e.gemm.k = j.at("gemm").at("k").get<int64_t>();
-  e.gemm.epilogue = epilogue_from(j.at("gemm").at("epilogue").get<std::string>());
-  e.gemm.experts = j.at("gemm").at("experts").get<int>();
-  e.gemm.top_k = j.at("gemm").at("top_k").get<int>();
-  e.gemm.shared_expert = j.at("gemm").at("shared_expert").get<bool>();
-  e.bucket = j.at("bucket").get<int64_t>();
+  e.gemm.n_out = integer<int64_t>(g, "n_out", 1, kBig);
+  e.gemm.k = integer<int64_t>(g, "k", 1, kBig);
+  e.gemm.epilogue = epilogue_from(g.at("epilogue").get<std::string>());
+  e.gemm.experts = integer<int>(g, "experts", 1, 1 << 20);
+  e.gemm.top_k = integer<int>(g, "top_k", 1, 1 << 20);
+  e.gemm.shared_expert = g.at("shared_expert").get<bool>();
+  e.bucket = integer<int64_t>(j, "bucket", 1, kBig);
   e.winner = parse_tactic(j.at("winner").get<std::string>());
-  e.time_us = j.at("time_us").get<double>();
+  e.time_us = time_field(j, "time_us");
   if (j.contains("runner_up")) {
     e.runner_up = parse_tactic(j.at("runner_up").get<std::string>());
-    e.runner_up_us = j.at("runner_up_us").get<double>();
+    e.runner_up_us = time_field(j, "runner_up_us");
   }
   return e;
+}
+
+// A string member, or `fallback` where it is absent or of another type (the header checks
+// below must warn, never throw: a corrupt file is ignored).
+std::string string_member(const json& j, const char* key, const std::string& fallback) {
+  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : fallback;
 }
 
 bool same_slot(const CacheEntry& a, const CacheEntry& b) {
@@ -87,13 +114,13 @@ std::vector<CacheEntry> parse(const std::string& text, const std::string& path, 
     warn(std::string("corrupt tuning cache ignored (") + e.what() + ")");
     return out;
   }
-  if (!j.is_object() || j.value("schema", "") != kSchema) {
-    warn("schema " + (j.is_object() ? j.value("schema", "?") : std::string("?")) + ", this build reads " + kSchema +
-         ": ignored");
+  if (!j.is_object() || string_member(j, "schema", "") != kSchema) {
+    warn("schema " + (j.is_object() ? string_member(j, "schema", "?") : std::string("?")) + ", this build reads " +
+         kSchema + ": ignored");
     return out;
   }
-  if (j.value("library", "") != FP4MOE_VERSION) {
-    warn("written by fp4moe " + j.value("library", "?") + ", this is " + FP4MOE_VERSION + ": ignored");
+  if (string_member(j, "library", "") != FP4MOE_VERSION) {
+    warn("written by fp4moe " + string_member(j, "library", "?") + ", this is " + FP4MOE_VERSION + ": ignored");
     return out;
   }
   if (!j.contains("entries") || !j["entries"].is_array()) {

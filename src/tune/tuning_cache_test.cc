@@ -91,6 +91,35 @@ TEST(TuningCache, CorruptAndForeignFilesAreReportedAndIgnored) {
   EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
   EXPECT_EQ(w.size(), 2u);  // both malformed entries reported
   EXPECT_TRUE(TuningCache::load(fresh("cache_missing.json"), &w).entries().empty());  // no file: fine
+  // Header fields of another type: ignored with a warning, never a thrown json type_error.
+  for (const char* header : {R"({"schema": 2, "entries": []})", R"({"schema": "fp4moe-tuning/2", "library": 5})"}) {
+    std::ofstream(path) << header;
+    w.clear();
+    EXPECT_NO_THROW(EXPECT_TRUE(TuningCache::load(path, &w).entries().empty())) << header;
+    EXPECT_EQ(w.size(), 1u) << header;
+  }
+  // Entries whose integers would wrap or truncate into another layer's key, or whose time is
+  // not a time: skipped, each reported.
+  TuningCache::merge_into_file(fresh("cache_ok.json"), {entry(16, 8)});
+  std::string good;
+  {
+    std::ifstream f(test::temp_dir() / "cache_ok.json");
+    good.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"\"experts\": 256", "\"experts\": 4294967552"},
+           {"\"experts\": 256", "\"experts\": 256.5"},
+           {"\"bucket\": 16", "\"bucket\": -7"},
+           {"\"time_us\": 160.0", "\"time_us\": -1.0"}}) {
+    const size_t at = good.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " in " << good;
+    std::string bad = good;
+    bad.replace(at, from.size(), to);
+    std::ofstream(path) << bad;
+    w.clear();
+    EXPECT_TRUE(TuningCache::load(path, &w).entries().empty()) << to;
+    EXPECT_EQ(w.size(), 1u) << to;
+  }
 }
 
 TEST(TuningCache, ConcurrentWritersLoseNothing) {
