@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "fp4moe/error.h"
+#include "io/text_file.h"
 
 namespace fp4moe {
 
@@ -39,11 +40,8 @@ Checkpoint Checkpoint::open(const std::string& dir) {
   Checkpoint c;
   c.dir_ = dir;
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
-  if (fs::exists(index)) {
-    std::ifstream f(index);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    c.shard_of_ = parse_safetensors_index(ss.str(), index.string());
+  if (const std::optional<std::string> text = read_text_file(index.string())) {
+    c.shard_of_ = parse_safetensors_index(*text, index.string());
     for (const auto& [t, shard] : c.shard_of_)
       FP4MOE_CHECK(fs::exists(fs::path(dir) / shard), index.string(), ": tensor '", t, "' is in shard '", shard,
                    "', which does not exist");
@@ -76,13 +74,8 @@ std::vector<std::string> Checkpoint::tensor_names() const {
   return v;
 }
 
-std::string Checkpoint::read_text(const std::string& name) const {
-  const auto path = std::filesystem::path(dir_) / name;
-  if (!std::filesystem::exists(path)) return "";
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+std::optional<std::string> Checkpoint::read_text(const std::string& name) const {
+  return read_text_file((std::filesystem::path(dir_) / name).string());
 }
 
 }  // namespace fp4moe

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,8 @@ class Checkpoint {
   // The tensor's view; throws naming the tensor (and its shard) when it is missing.
   const StTensorView& tensor(const std::string& name) const;
   std::vector<std::string> tensor_names() const;
-  // Reads DIR/name as text, or "" when the file does not exist.
-  std::string read_text(const std::string& name) const;
+  // DIR/name's text, nullopt where there is no such file (read_text_file's checks).
+  std::optional<std::string> read_text(const std::string& name) const;
 
  private:
   std::string dir_;

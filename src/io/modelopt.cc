@@ -4,12 +4,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <type_traits>
 
 #include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
 #include "fp4moe/sharding.h"
+#include "io/text_file.h"
 
 namespace fp4moe {
 namespace {
@@ -24,13 +27,32 @@ json parse_json(const std::string& text, const std::string& label) {
   }
 }
 
+// A field of the expected JSON type, whole: nlohmann's get<int> would take 16.9 as 16 and
+// 4294967312 as 16, and a size read that way would load another layer shape than written.
 template <typename T>
 T field(const json& j, const char* key, const std::string& label) {
   FP4MOE_CHECK(j.contains(key), label, ": missing field '", key, "'");
-  try {
-    return j[key].get<T>();
-  } catch (const json::exception&) {
-    FP4MOE_FAIL(label, ": field '", key, "' has the wrong type");
+  const json& v = j[key];
+  if constexpr (std::is_same_v<T, bool>) {
+    FP4MOE_CHECK(v.is_boolean(), label, ": field '", key, "' is not true or false");
+    return v.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    FP4MOE_CHECK(v.is_number_integer(), label, ": field '", key, "' is not an integer");
+    const bool in_range = v.is_number_unsigned()
+                              ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                              : v.get<int64_t>() >= std::numeric_limits<T>::min() &&
+                                    v.get<int64_t>() <= std::numeric_limits<T>::max();
+    FP4MOE_CHECK(in_range, label, ": field '", key, "' = ", v.dump(), " is out of range");
+    return static_cast<T>(v.get<int64_t>());
+  } else if constexpr (std::is_floating_point_v<T>) {
+    FP4MOE_CHECK(v.is_number(), label, ": field '", key, "' is not a number");
+    const double d = v.get<double>();
+    FP4MOE_CHECK(std::isfinite(d) && std::fabs(d) <= std::numeric_limits<T>::max(), label, ": field '", key,
+                 "' = ", v.dump(), " is out of range");
+    return static_cast<T>(d);
+  } else {
+    FP4MOE_CHECK(v.is_string(), label, ": field '", key, "' is not a string");
+    return v.get<std::string>();
   }
 }
 
@@ -160,9 +182,10 @@ bool glob_match(const std::string& p, const std::string& t) {
 
 ModelInfo read_model_info(const Checkpoint& ckpt) {
   const std::string cfg_label = ckpt.dir() + "/config.json";
-  const std::string cfg_text = ckpt.read_text("config.json");
-  FP4MOE_CHECK(!cfg_text.empty(), cfg_label, ": missing");
-  const json c = parse_json(cfg_text, cfg_label);
+  const std::optional<std::string> cfg_text = ckpt.read_text("config.json");
+  FP4MOE_CHECK(cfg_text.has_value(), cfg_label, ": missing");
+  FP4MOE_CHECK(!cfg_text->empty(), cfg_label, ": empty");
+  const json c = parse_json(*cfg_text, cfg_label);
   ModelInfo info;
   info.model_type = field_or<std::string>(c, "model_type", "", cfg_label);
   MoeConfig& m = info.moe;
@@ -197,12 +220,12 @@ ModelInfo read_model_info(const Checkpoint& ckpt) {
   }
 
   // Quantization: hf_quant_config.json, else config.json's quantization_config.
-  const std::string q_text = ckpt.read_text("hf_quant_config.json");
+  const std::optional<std::string> q_text = ckpt.read_text("hf_quant_config.json");
   json q;
   std::string q_label;
-  if (!q_text.empty()) {
+  if (q_text) {
     q_label = ckpt.dir() + "/hf_quant_config.json";
-    const json h = parse_json(q_text, q_label);
+    const json h = parse_json(*q_text, q_label);
     FP4MOE_CHECK(h.contains("quantization") && h["quantization"].is_object(), q_label,
                  ": missing object 'quantization'");
     q = h["quantization"];
@@ -240,6 +263,9 @@ MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int lay
   const MoeConfig& cfg = info.moe;
   MoeWeights w;
   w.config = shard_config(cfg, shard);  // validates the split
+  // The router's [E, H] first: it confirms config.json's expert count before E slots are made.
+  w.router_weight = to_floats(expect(ckpt, prefix + ".gate.weight", {StDtype::kBF16, StDtype::kF32, StDtype::kF16},
+                                     {cfg.num_experts, cfg.hidden}));
   w.experts.resize(cfg.num_experts);
   const bool tp = shard.mode == ShardMode::kTensor;
   const IndexRange mine = tp ? IndexRange{0, cfg.num_experts} : ep_experts(cfg.num_experts, shard);
@@ -249,8 +275,6 @@ MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int lay
   if (cfg.has_shared_expert())
     w.shared = load_expert(ckpt, prefix + ".shared_experts", cfg.hidden, cfg.shared_intermediate,
                            tp ? tp_columns(cfg.shared_intermediate, shard) : IndexRange{0, cfg.shared_intermediate});
-  w.router_weight = to_floats(expect(ckpt, prefix + ".gate.weight", {StDtype::kBF16, StDtype::kF32, StDtype::kF16},
-                                     {cfg.num_experts, cfg.hidden}));
   const std::string bias = prefix + ".gate.e_score_correction_bias";
   if (ckpt.contains(bias))
     w.correction_bias = to_floats(expect(ckpt, bias, {StDtype::kF32, StDtype::kBF16}, {cfg.num_experts}));
@@ -301,10 +325,10 @@ void write_synthetic_checkpoint(const std::string& dir, const MoeConfig& cfg, co
                  {"torch_dtype", "bfloat16"},
                  {"quantization_config", {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}, {"group_size", 16}}}};
   if (model_type == "deepseek_v3") config["architectures"] = {"DeepseekV3ForCausalLM"};
-  std::ofstream(fs::path(dir) / "config.json") << config.dump(2) << "\n";
-  std::ofstream(fs::path(dir) / "hf_quant_config.json")
-      << json{{"producer", {{"name", "modelopt"}, {"version", "fp4moe synthetic"}}}, {"quantization", quant}}.dump(2)
-      << "\n";
+  write_text_file((fs::path(dir) / "config.json").string(), config.dump(2) + "\n");
+  write_text_file((fs::path(dir) / "hf_quant_config.json").string(),
+                  json{{"producer", {{"name", "modelopt"}, {"version", "fp4moe synthetic"}}}, {"quantization", quant}}
+                          .dump(2) + "\n");
 
   json weight_map = json::object();
   for (int layer = 0; layer < opt.layers; ++layer) {
@@ -375,8 +399,8 @@ void write_synthetic_checkpoint(const std::string& dir, const MoeConfig& cfg, co
     write_safetensors_streamed((fs::path(dir) / shard).string(), meta, write,
                                {{"format", "pt"}, {"producer", "fp4moe synth"}});
   }
-  std::ofstream(fs::path(dir) / "model.safetensors.index.json")
-      << json{{"metadata", {{"producer", "fp4moe synth"}}}, {"weight_map", weight_map}}.dump(1) << "\n";
+  write_text_file((fs::path(dir) / "model.safetensors.index.json").string(),
+                  json{{"metadata", {{"producer", "fp4moe synth"}}}, {"weight_map", weight_map}}.dump(1) + "\n");
 }
 
 }  // namespace fp4moe

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "fp4moe/error.h"
 #include "support/oracle.h"
@@ -133,18 +134,45 @@ TEST(ModelOpt, BadCheckpointsAreClearErrors) {
   excluded.exclude_modules = {"model.layers.1.mlp*"};
   EXPECT_NE(error_of([&] { load_moe_layer(c, excluded, 1); }).find("excluded from quantization"), std::string::npos);
   ModelInfo wider = info;
-  wider.moe.hidden = 512;  // every shape is now wrong: the first checked tensor is named
+  wider.moe.hidden = 512;  // every shape is now wrong: the first checked tensor, the router, is named
   const std::string shape = error_of([&] { load_moe_layer(c, wider, 0); });
-  EXPECT_NE(shape.find("model.layers.0.mlp.experts.0.gate_proj.weight' has shape [128, 128], expected [128, 256]"),
+  EXPECT_NE(shape.find("model.layers.0.mlp.gate.weight' has shape [12, 256], expected [12, 512]"),
             std::string::npos) << shape;
+  // More experts than the checkpoint holds: the router's shape says so before any expert slot
+  // is made (a config claiming 2^31 experts must not allocate them first).
   ModelInfo more = info;
   more.moe.num_experts = 13;
-  EXPECT_NE(error_of([&] { load_moe_layer(c, more, 0); }).find("no tensor 'model.layers.0.mlp.experts.12.gate_proj.weight'"),
-            std::string::npos);
+  const std::string experts = error_of([&] { load_moe_layer(c, more, 0); });
+  EXPECT_NE(experts.find("model.layers.0.mlp.gate.weight' has shape [12, 256], expected [13, 256]"),
+            std::string::npos) << experts;
   // A non-NVFP4 quantization and a missing config are reported with the file's name.
   std::ofstream(fs::path(w.dir) / "hf_quant_config.json")
       << R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}})";
   EXPECT_NE(error_of([&] { read_model_info(Checkpoint::open(w.dir)); }).find("quant_algo 'FP8' is not supported"),
+            std::string::npos);
+  // config.json's integers are taken whole or refused (16.9 is not 16, 2^32 + 16 is not 16).
+  const std::string config_text = [&] {
+    std::ifstream f(fs::path(w.dir) / "config.json");
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  }();
+  for (const auto& [from, to, error] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"\"n_routed_experts\": 12", "\"n_routed_experts\": 12.9", "field 'n_routed_experts' is not an integer"},
+           {"\"n_routed_experts\": 12", "\"n_routed_experts\": 4294967308", "'n_routed_experts' = 4294967308 is out of range"},
+           {"\"hidden_size\": 256", "\"hidden_size\": 1180591620717411303424", "field 'hidden_size' is not an integer"},
+           {"\"norm_topk_prob\": true", "\"norm_topk_prob\": 1", "field 'norm_topk_prob' is not true or false"}}) {
+    const size_t at = config_text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    std::string bad = config_text;
+    bad.replace(at, from.size(), to);
+    std::ofstream(fs::path(w.dir) / "config.json") << bad;
+    const std::string got = error_of([&] { read_model_info(Checkpoint::open(w.dir)); });
+    EXPECT_NE(got.find(error), std::string::npos) << got;
+  }
+  std::ofstream(fs::path(w.dir) / "config.json").flush();  // empty, not missing
+  EXPECT_NE(error_of([&] { read_model_info(Checkpoint::open(w.dir)); }).find("config.json: empty"), std::string::npos);
+  fs::remove(fs::path(w.dir) / "config.json");
+  fs::create_directory(fs::path(w.dir) / "config.json");
+  EXPECT_NE(error_of([&] { read_model_info(Checkpoint::open(w.dir)); }).find("config.json: not a regular file"),
             std::string::npos);
   fs::remove(fs::path(w.dir) / "config.json");
   EXPECT_NE(error_of([&] { read_model_info(Checkpoint::open(w.dir)); }).find("config.json: missing"), std::string::npos);

@@ -1,14 +1,17 @@
 // .npy reader and writer (https://numpy.org/doc/stable/reference/generated/numpy.lib.format.html)
 #include "io/npy.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "fp4moe/error.h"
+#include "io/text_file.h"
 
 namespace fp4moe {
 namespace {
@@ -50,16 +53,22 @@ float half_to_float(uint16_t h) {
 
 int64_t NpyArray::elements() const {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) n = checked_size(n, d, ".npy shape");
   return n;
 }
 
 int NpyArray::item_size() const {
-  FP4MOE_CHECK(descr.size() >= 3, "bad .npy dtype '", descr, "'");
-  return std::stoi(descr.substr(2));
+  // "<f4", "|u1", "<V2": byte order, kind, then the item size in bytes.
+  int size = 0;
+  const bool digits = descr.size() >= 3 && descr.size() <= 4 &&
+                      std::all_of(descr.begin() + 2, descr.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (digits) size = std::stoi(descr.substr(2));
+  FP4MOE_CHECK(digits && size >= 1 && size <= 16, "bad .npy dtype '", descr, "'");
+  return size;
 }
 
 NpyArray read_npy(const std::string& path) {
+  if (std::filesystem::exists(path)) require_regular_file(path);  // a FIFO would block the open
   std::ifstream f(path, std::ios::binary);
   FP4MOE_CHECK(f.good(), path, ": cannot open");
   char magic[6];
@@ -104,7 +113,10 @@ NpyArray read_npy(const std::string& path) {
     size_t b = item.find_first_not_of(' ');
     if (b == std::string::npos) continue;
     try {
-      const int64_t d = std::stoll(item.substr(b));
+      const std::string digits = item.substr(b, item.find_last_not_of(' ') + 1 - b);
+      size_t used = 0;
+      const int64_t d = std::stoll(digits, &used);
+      FP4MOE_CHECK(used == digits.size(), path, ": malformed .npy shape ", shape);
       FP4MOE_CHECK(d >= 0, path, ": negative dimension in .npy shape");
       a.shape.push_back(d);
     } catch (const std::logic_error&) {
@@ -113,8 +125,25 @@ NpyArray read_npy(const std::string& path) {
   }
   FP4MOE_CHECK(a.descr.size() >= 3 && (a.descr[0] == '<' || a.descr[0] == '|'), path,
                ": .npy dtype '", a.descr, "' is not little-endian");
-  const int64_t nbytes = a.elements() * a.item_size();
+  try {
+    a.item_size();
+  } catch (const Error& e) {
+    FP4MOE_FAIL(path, ": ", e.what());
+  }
+  int64_t nbytes = 0;
+  try {
+    nbytes = checked_size(a.elements(), a.item_size(), ".npy size");
+  } catch (const Error& e) {
+    FP4MOE_FAIL(path, ": shape ", npy_shape_string(a.shape), ": ", e.what());
+  }
   FP4MOE_CHECK(nbytes >= 0 && nbytes < (int64_t{1} << 40), path, ": implausible .npy size");
+  // The shape's bytes must be in the file before they are allocated.
+  const std::streampos data_begin = f.tellg();
+  f.seekg(0, std::ios::end);
+  const int64_t present = static_cast<int64_t>(f.tellg() - data_begin);
+  f.seekg(data_begin);
+  FP4MOE_CHECK(present >= nbytes, path, ": truncated .npy data (its shape ", npy_shape_string(a.shape), " needs ",
+               nbytes, " bytes, the file holds ", present, ")");
   a.bytes.resize(static_cast<size_t>(nbytes));
   f.read(reinterpret_cast<char*>(a.bytes.data()), nbytes);
   FP4MOE_CHECK(f.gcount() == nbytes, path, ": truncated .npy data (expected ", nbytes,
@@ -148,11 +177,14 @@ void write_npy(const std::string& path, const NpyArray& a) {
   f.write(lenb, 2);
   f.write(header.data(), static_cast<std::streamsize>(header.size()));
   f.write(reinterpret_cast<const char*>(a.bytes.data()), static_cast<std::streamsize>(a.bytes.size()));
-  FP4MOE_CHECK(f.good(), path, ": write failed");
+  close_checked(f, path);
 }
 
 std::vector<float> npy_to_float(const NpyArray& a, const std::string& what) {
   const int64_t n = a.elements();
+  FP4MOE_CHECK(static_cast<int64_t>(a.bytes.size()) == checked_size(n, a.item_size(), what.c_str()), what,
+               ": holds ", a.bytes.size(), " bytes, its shape ", npy_shape_string(a.shape), " of '", a.descr,
+               "' needs ", n * a.item_size());
   std::vector<float> v(static_cast<size_t>(n));
   if (a.descr == "<f4") {
     std::memcpy(v.data(), a.bytes.data(), static_cast<size_t>(n) * 4);

@@ -1,7 +1,10 @@
 // .npy: round trips, and NumPy reading our files and us reading NumPy's.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
+#include <fstream>
 
 #include "fp4moe/error.h"
 #include "io/npy.h"
@@ -50,6 +53,65 @@ TEST(Npy, ClearErrorsForBadFiles) {
   }
   EXPECT_THROW(read_npy(p), Error);
   std::filesystem::remove(p);
+}
+
+// A file whose header lies: each is a one-line Error naming the file, before anything the
+// header claims is allocated or read.
+std::string npy_error(const std::string& path, const std::string& header_dict, size_t data_bytes = 16) {
+  std::string h = header_dict;
+  h.append((64 - (10 + h.size() + 1) % 64) % 64, ' ');
+  h += '\n';
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write("\x93NUMPY\x01\x00", 8);
+    const char len[2] = {static_cast<char>(h.size() & 0xFF), static_cast<char>(h.size() >> 8)};
+    f.write(len, 2);
+    f << h << std::string(data_bytes, '\0');
+  }
+  try {
+    read_npy(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Npy, LyingHeadersAreClearErrors) {
+  const std::string p = (test::temp_dir() / "lying.npy").string();
+  // elements x item size leaves int64: a wrapped product once passed as 0 bytes (then a crash)
+  std::string e = npy_error(p, "{'descr': '<f4', 'fortran_order': False, 'shape': (72057594037927936, 256), }");
+  EXPECT_NE(e.find("lying.npy: shape (72057594037927936, 256)"), std::string::npos) << e;
+  EXPECT_NE(e.find("overflows"), std::string::npos) << e;
+  // 1 TB claimed, 16 bytes present: "truncated" before a 1 TB allocation
+  e = npy_error(p, "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000, 256), }");
+  EXPECT_NE(e.find("truncated .npy data (its shape (1000000000, 256) needs 1024000000000 bytes, the file holds 16)"),
+            std::string::npos) << e;
+  e = npy_error(p, "{'descr': '<fx', 'fortran_order': False, 'shape': (2, 2), }");
+  EXPECT_NE(e.find("lying.npy: bad .npy dtype '<fx'"), std::string::npos) << e;
+  e = npy_error(p, "{'descr': '<f4', 'fortran_order': False, 'shape': (1x, 4), }");
+  EXPECT_NE(e.find("malformed .npy shape (1x, 4)"), std::string::npos) << e;
+  std::filesystem::remove(p);
+  // Not a regular file: an error, never a blocked open.
+  const std::string fifo = (test::temp_dir() / "fifo.npy").string();
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THROW(read_npy(fifo), Error);
+  std::filesystem::remove(fifo);
+  // A write that fails only when the stream is flushed (a full device) is an error too.
+  if (std::filesystem::exists("/dev/full")) {
+    try {
+      write_npy("/dev/full", npy_from_float(std::vector<float>(4, 1.0f), {4}));
+      ADD_FAILURE() << "writing to /dev/full succeeded";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("write failed"), std::string::npos) << err.what();
+    }
+  }
+  // An array whose bytes disagree with its shape never reaches memcpy.
+  NpyArray a;
+  a.descr = "<f4";
+  a.shape = {1024, 1024};
+  a.bytes.assign(16, 0);
+  EXPECT_THROW(npy_to_float(a, "short"), Error);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fp4moe/error.h"
+#include "io/text_file.h"
 
 namespace fp4moe {
 namespace {
@@ -44,7 +45,7 @@ int64_t tensor_bytes(StDtype d, const std::vector<int64_t>& shape) {
     if (n > (static_cast<__int128>(1) << 62)) return -1;
   }
   const __int128 bits = n * st_dtype_bits(d);
-  if (bits % 8) return -1;
+  if (bits % 8 || bits / 8 > (static_cast<__int128>(1) << 62)) return -1;
   return static_cast<int64_t>(bits / 8);
 }
 
@@ -91,6 +92,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
   f.mapping_ = std::make_unique<Mapping>();
+  require_regular_file(path);  // before open(): a FIFO would block it
   const int fd = ::open(path.c_str(), O_RDONLY);
   FP4MOE_CHECK(fd >= 0, path, ": cannot open (", std::strerror(errno), ")");
   struct stat st{};
@@ -257,7 +259,7 @@ void write_safetensors(const std::string& path, const std::vector<StTensorOut>& 
   std::ofstream f(path, std::ios::binary);
   FP4MOE_CHECK(f.good(), path, ": cannot open for writing");
   f.write(reinterpret_cast<const char*>(image.data()), static_cast<std::streamsize>(image.size()));
-  FP4MOE_CHECK(f.good(), path, ": write failed");
+  close_checked(f, path);
 }
 
 void write_safetensors_streamed(const std::string& path, const std::vector<StTensorMeta>& tensors,
@@ -276,6 +278,7 @@ void write_safetensors_streamed(const std::string& path, const std::vector<StTen
                  tensors[i].name, "' wrote ", static_cast<int64_t>(f.tellp() - before), " bytes, its shape needs ",
                  tensor_bytes(tensors[i].dtype, tensors[i].shape));
   }
+  close_checked(f, path);
 }
 
 }  // namespace fp4moe

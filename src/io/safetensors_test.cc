@@ -78,6 +78,10 @@ TEST(Safetensors, CorruptFilesAreClearErrors) {
   expect_error(image(R"({"t":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", 2), "whole number of bytes");
   expect_error(image(R"({"t":"x"})", 0), "entry is not an object");
   expect_error(image(R"({"t":{"dtype":"F32","shape":[1e999],"data_offsets":[0,8]}})", 8), "not valid JSON");
+  // Element counts whose byte size leaves int64 once wrapped to 0 and 8 and were accepted.
+  expect_error(image(R"({"t":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})", 0),
+               "overflows");
+  expect_error(image(R"({"t":{"dtype":"F64","shape":[2305843009213693953],"data_offsets":[0,8]}})", 8), "overflows");
 }
 
 TEST(SafetensorsIndex, ValidatesWeightMap) {

@@ -7,7 +7,7 @@ src=$1; work=$2; secs=${3:-20}
 mkdir -p "$work"
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I"$src/include" -I"$src/src")
-common=("$src/src/io/safetensors.cc" "$src/src/io/checkpoint.cc")
+common=("$src/src/io/safetensors.cc" "$src/src/io/checkpoint.cc" "$src/src/io/text_file.cc")
 clang++ "${flags[@]}" "$src/tests/fuzz/safetensors_header_fuzzer.cc" "${common[@]}" -o "$work/header_fuzzer"
 clang++ "${flags[@]}" "$src/tests/fuzz/index_fuzzer.cc" "${common[@]}" -o "$work/index_fuzzer"
 # Seed corpora: a valid file and damaged copies; index texts.

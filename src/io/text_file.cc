@@ -1,0 +1,46 @@
+#include "io/text_file.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#include "fp4moe/error.h"
+
+namespace fp4moe {
+
+void require_regular_file(const std::string& path) {
+  struct stat st{};
+  FP4MOE_CHECK(::stat(path.c_str(), &st) == 0, path, ": cannot stat (", std::strerror(errno), ")");
+  FP4MOE_CHECK(S_ISREG(st.st_mode), path, ": not a regular file");
+}
+
+std::optional<std::string> read_text_file(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return std::nullopt;
+  require_regular_file(path);
+  FP4MOE_CHECK(static_cast<size_t>(st.st_size) <= kMaxTextFileBytes, path, ": ", st.st_size,
+               " bytes is too large for a configuration or index file (limit ", kMaxTextFileBytes, ")");
+  std::ifstream f(path, std::ios::binary);
+  FP4MOE_CHECK(f.good(), path, ": cannot open (", std::strerror(errno), ")");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  FP4MOE_CHECK(!f.bad(), path, ": read failed");
+  return ss.str();
+}
+
+void close_checked(std::ofstream& f, const std::string& path) {
+  errno = 0;
+  f.close();
+  FP4MOE_CHECK(!f.fail(), path, ": write failed (", errno ? std::strerror(errno) : "stream error", ")");
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  FP4MOE_CHECK(f.good(), path, ": cannot open for writing (", std::strerror(errno), ")");
+  f.write(text.data(), static_cast<std::streamsize>(text.size()));
+  close_checked(f, path);
+}
+
+}  // namespace fp4moe

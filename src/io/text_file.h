@@ -1,0 +1,29 @@
+// The checked file operations the readers and writers share: only regular files are opened (a
+// FIFO would block the open, /dev/zero never end, a directory fail obscurely), small text files
+// are read whole up to a limit, and a write is checked after the stream is closed (a full disk
+// shows only when the buffer is flushed).
+#pragma once
+
+#include <fstream>
+#include <optional>
+#include <string>
+
+namespace fp4moe {
+
+// config.json, hf_quant_config.json and the safetensors index are kilobytes to megabytes.
+inline constexpr size_t kMaxTextFileBytes = size_t{100} << 20;
+
+// Throws "<path>: not a regular file" (or "cannot stat") unless `path` is a regular file.
+void require_regular_file(const std::string& path);
+
+// The file's text; nullopt where nothing is at `path`. Throws where it is not a regular file,
+// exceeds kMaxTextFileBytes or cannot be read.
+std::optional<std::string> read_text_file(const std::string& path);
+
+// Writes `text` to `path` (replacing it); throws where the open, the write or the close fails.
+void write_text_file(const std::string& path, const std::string& text);
+
+// Closes `f` and throws "<path>: write failed (<reason>)" where any write to it failed.
+void close_checked(std::ofstream& f, const std::string& path);
+
+}  // namespace fp4moe
