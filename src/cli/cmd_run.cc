@@ -247,7 +247,7 @@ void register_run(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
   cmd->add_flag("--compare-reference", args->compare, "Check the GPU output against the CPU reference");
   cmd->add_option("--checkpoint", args->checkpoint, "A ModelOpt NVFP4 checkpoint directory (instead of --preset)");
-  cmd->add_option("--layer", args->layer, "With --checkpoint: the MoE layer to run");
+  cmd->add_option("--layer", args->layer, "With --checkpoint: the MoE layer to run")->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--input", args->input, "Hidden states [T, H] (.npy: f32, f16, f64 or bf16 as <V2); sets T");
   cmd->add_option("--output", args->output, "Write the output [T, H] (.npy)");
   cmd->add_option("--output-dtype", args->output_dtype, "f32 or bf16 (<V2, as ml_dtypes.bfloat16 saves)")

@@ -2,10 +2,32 @@
 #include <cstdio>
 #include <exception>
 #include <new>
+#include <string>
 
 #include "cli/commands.h"
 #include "fp4moe/error.h"
 #include "fp4moe/version.h"
+
+namespace {
+
+// The message on one line whatever it quotes: a name read from a file ("F32\nBAD" as a dtype)
+// must not break the one-line error into two.
+std::string one_line(const char* message) {
+  std::string s;
+  for (const char* p = message; *p; ++p) {
+    const unsigned char c = static_cast<unsigned char>(*p);
+    if (c >= 0x20 && c != 0x7F) {
+      s += *p;
+    } else {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\x%02x", c);
+      s += esc;
+    }
+  }
+  return s;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"fp4moe " FP4MOE_VERSION
@@ -30,17 +52,17 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line: CLI11's message, then where to look.
-    std::fprintf(stderr, "fp4moe: error: %s (see fp4moe --help)\n", e.what());
+    std::fprintf(stderr, "fp4moe: error: %s (see fp4moe --help)\n", one_line(e.what()).c_str());
     return 2;
   } catch (const std::bad_alloc&) {
     // A size the up-front checks did not foresee; name the cause rather than the exception.
     std::fprintf(stderr, "fp4moe: error: out of host memory (an allocation failed)\n");
     return 1;
   } catch (const fp4moe::Error& e) {
-    std::fprintf(stderr, "fp4moe: error: %s\n", e.what());
+    std::fprintf(stderr, "fp4moe: error: %s\n", one_line(e.what()).c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fp4moe: error: %s\n", e.what());
+    std::fprintf(stderr, "fp4moe: error: %s\n", one_line(e.what()).c_str());
     return 1;
   }
   return 0;
