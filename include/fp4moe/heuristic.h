@@ -1,5 +1,5 @@
-// fp4moe/heuristic.h - the documented rule that picks the decode family's tactics for a batch
-// when no tuning cache entry exists (docs/HEURISTIC.md).
+// fp4moe/heuristic.h - the documented rule that picks a batch's tactics (the family, then its
+// tile, per GEMM) when no tuning cache entry exists (docs/HEURISTIC.md).
 #pragma once
 
 #include <cstdint>

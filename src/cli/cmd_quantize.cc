@@ -71,8 +71,8 @@ void run_quantize(const QuantizeArgs& a) {
 
 void register_quantize(CLI::App& app) {
   auto args = std::make_shared<QuantizeArgs>();
-  auto* cmd = app.add_subcommand("quantize", "Quantize an fp32 matrix (.npy) to NVFP4 or MXFP4");
-  cmd->add_option("input", args->input, "Input matrix [N, K] (.npy, f4/f8/f2)")->required();
+  auto* cmd = app.add_subcommand("quantize", "Quantize a matrix (.npy) to NVFP4 or MXFP4");
+  cmd->add_option("input", args->input, "Input matrix [N, K] (.npy: f4, f8, f2, or bf16 as <V2)")->required();
   cmd->add_option("output", args->output,
                   "Output: FILE.safetensors, or a prefix for PREFIX.<tensor>.npy files")
       ->required();
