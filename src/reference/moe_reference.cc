@@ -60,18 +60,10 @@ std::vector<double> gemm_input(std::span<const float> x, int64_t n, int64_t K, b
 
 double silu(double v) { return v / (1.0 + std::exp(-v)); }
 
-}  // namespace
-
-std::vector<double> expert_reference(const ExpertWeights& e, const MoeConfig& cfg,
-                                     std::span<const float> x, int64_t rows,
-                                     const ReferenceOptions& opt) {
-  FP4MOE_CHECK(e.materialized(), "expert_reference: expert weights are not materialised");
+// The expert's float64 forward on rows x H inputs; its callers have validated both.
+std::vector<double> expert_forward(const ExpertWeights& e, const MoeConfig& cfg, std::span<const float> x,
+                                   int64_t rows, const ReferenceOptions& opt) {
   const int64_t H = e.gate.cols, I = e.gate.rows;
-  e.validate(H, I, "expert_reference: expert");  // the three matrices agree and hold their shapes
-  FP4MOE_CHECK(static_cast<int64_t>(x.size()) == checked_size(rows, H, "expert_reference: input"),
-               "expert_reference: input holds ", x.size(), " values, expected [", rows, ", ", H, "]");
-  for (size_t i = 0; i < x.size(); ++i)
-    FP4MOE_CHECK(std::isfinite(x[i]), "expert_reference: input value ", i, " is ", x[i]);
   const bool q = cfg.quantize_activations;
   const std::vector<double> gate =
       nvfp4_gemm_nt(e.gate, gemm_input(x, rows, H, q, e.gate_input_scale), rows, opt.threads);
@@ -87,6 +79,24 @@ std::vector<double> expert_reference(const ExpertWeights& e, const MoeConfig& cf
     down_in = std::move(act);
   }
   return nvfp4_gemm_nt(e.down, down_in, rows, opt.threads);
+}
+
+void check_finite(std::span<const float> x, const char* what) {
+  for (size_t i = 0; i < x.size(); ++i) FP4MOE_CHECK(std::isfinite(x[i]), what, ": input value ", i, " is ", x[i]);
+}
+
+}  // namespace
+
+std::vector<double> expert_reference(const ExpertWeights& e, const MoeConfig& cfg,
+                                     std::span<const float> x, int64_t rows,
+                                     const ReferenceOptions& opt) {
+  FP4MOE_CHECK(e.materialized(), "expert_reference: expert weights are not materialised");
+  const int64_t H = e.gate.cols;
+  e.validate(H, e.gate.rows, "expert_reference: expert");  // the three matrices agree and hold their shapes
+  FP4MOE_CHECK(static_cast<int64_t>(x.size()) == checked_size(rows, H, "expert_reference: input"),
+               "expert_reference: input holds ", x.size(), " values, expected [", rows, ", ", H, "]");
+  check_finite(x, "expert_reference");
+  return expert_forward(e, cfg, x, rows, opt);
 }
 
 double moe_reference_host_bytes(const MoeConfig& cfg, int64_t tokens) {
@@ -112,6 +122,7 @@ std::vector<double> moe_reference(const MoeWeights& w, std::span<const float> hi
   FP4MOE_CHECK(static_cast<int>(w.experts.size()) == cfg.num_experts,
                "moe_reference: weights hold ", w.experts.size(), " experts, config says ",
                cfg.num_experts);
+  check_finite(hidden, "moe_reference");
 
   // Group the (token, slot) pairs by expert.
   std::vector<std::vector<int64_t>> pairs(cfg.num_experts);
@@ -136,8 +147,7 @@ std::vector<double> moe_reference(const MoeWeights& w, std::span<const float> hi
       const int64_t t = pairs[e][i] / k;
       std::copy(hidden.begin() + t * H, hidden.begin() + (t + 1) * H, x.begin() + i * H);
     }
-    const std::vector<double> y =
-        expert_reference(w.experts[e], cfg, x, static_cast<int64_t>(pairs[e].size()), opt);
+    const std::vector<double> y = expert_forward(w.experts[e], cfg, x, static_cast<int64_t>(pairs[e].size()), opt);
     for (size_t i = 0; i < pairs[e].size(); ++i)
       std::copy(y.begin() + i * H, y.begin() + (i + 1) * H, rows.begin() + pairs[e][i] * H);
   }
@@ -153,7 +163,7 @@ std::vector<double> moe_reference(const MoeWeights& w, std::span<const float> hi
     FP4MOE_CHECK(w.shared && w.shared->materialized(),
                  "moe_reference: the config has a shared expert but its weights are missing");
     w.shared->validate(H, cfg.shared_intermediate, "moe_reference: shared_experts");
-    const std::vector<double> s = expert_reference(*w.shared, cfg, hidden, tokens, opt);
+    const std::vector<double> s = expert_forward(*w.shared, cfg, hidden, tokens, opt);
     for (size_t i = 0; i < out.size(); ++i) out[i] += s[i];
   }
   return out;
