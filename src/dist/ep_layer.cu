@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 #include "fp4moe/error.h"
@@ -99,6 +100,7 @@ MoeConfig single_router_config(const MoeConfig& cfg, const std::string& name, in
 EpMoeLayer::EpMoeLayer(const MoeWeights& w, const Shard& shard, ncclComm_t comm)
     : cfg_(w.config), shard_(shard), comm_(comm) {
   FP4MOE_CHECK(shard.mode == ShardMode::kExpert, "EpMoeLayer: an expert-parallel shard is needed");
+  w.validate();  // the expert list, the router's bias (uploaded as E floats) and its values
   validate_shard(cfg_, shard);
   const IndexRange mine = ep_experts(cfg_.num_experts, shard);
   local_begin_ = static_cast<int>(mine.begin);
@@ -111,7 +113,7 @@ EpMoeLayer::EpMoeLayer(const MoeWeights& w, const Shard& shard, ncclComm_t comm)
   MoeWeights local;
   local.config = single_router_config(cfg_, cfg_.name + "-ep-experts", local_experts_, cfg_.intermediate);
   for (int64_t e = mine.begin; e < mine.end; ++e) {
-    FP4MOE_CHECK(w.experts.at(e).materialized(), "EpMoeLayer: rank ", shard.rank, " lacks its expert ", e);
+    FP4MOE_CHECK(w.experts[e].materialized(), "EpMoeLayer: rank ", shard.rank, " lacks its expert ", e);
     local.experts.push_back(w.experts[e]);
   }
   experts_ = GpuMoeLayer::create(local, lo);
@@ -132,6 +134,9 @@ void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T,
                          cudaEvent_t const* events, bool run_experts) {
   FP4MOE_CHECK(T >= 0 && T <= (int64_t{1} << 24), "EP forward: token count ", T, " out of [0, 2^24]");
   FP4MOE_CHECK(T == 0 || (hidden && logits && out), "EP forward: null device pointer");
+  // The row gather and the combine move 16 bytes at a time.
+  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
+               "EP forward: hidden and out must be 16-byte aligned");
   const NcclApi& nccl = NcclApi::get();
   auto record = [&](int i) {
     if (events) FP4MOE_CUDA_CHECK(cudaEventRecord(events[i], s));
@@ -185,6 +190,16 @@ void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T,
   auto count = [&](int rank, int e) { return off(rank, e + 1) - off(rank, e); };
   const int me = shard_.rank;
   const int per_rank = E / world;
+  // Every rank's received rows, from the counts every rank now holds: a batch that one rank's
+  // experts cannot take (their layer's 2^24 rows) is refused by all ranks here, before any of
+  // them enters an exchange that the others would wait in forever.
+  for (int r = 0; r < world; ++r) {
+    int64_t rows = 0;
+    for (int src = 0; src < world; ++src)
+      for (int e = r * per_rank; e < (r + 1) * per_rank; ++e) rows += count(src, e);
+    FP4MOE_CHECK(rows <= (int64_t{1} << 24), "expert parallel: rank ", r, " would receive ", rows,
+                 " rows, more than its experts' layer takes (2^24)");
+  }
   // Received rows, source rank by source rank and each rank's by local expert: segment
   // src * local_experts + le starts at recv_pos[...]. So what a peer sends is one contiguous
   // range on both sides (its rows of my experts are contiguous in its permuted order), one NCCL

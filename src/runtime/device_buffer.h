@@ -48,4 +48,23 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// Makes `device` current for a scope and restores the caller's device after it: the layer's
+// entry points work on the GPU it was created on, whichever device is current when called.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device) {
+    FP4MOE_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) FP4MOE_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~ScopedDevice() {
+    int now = previous_;
+    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) (void)cudaSetDevice(previous_);
+  }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 }  // namespace fp4moe

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <functional>
 #include <mutex>
@@ -78,6 +79,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
     run(hidden, logits, tokens, out, stream, plan, events);
   }
   void set_clock_accounting(bool on) override {
+    const ScopedDevice on_device(device_);
     if (on && clock_counts_.bytes() == 0) clock_counts_.resize(6 * sizeof(unsigned long long));
     if (clock_counts_.bytes() > 0) {
       FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());  // no launch still adding to the counters
@@ -101,6 +103,8 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   const int32_t* topk_ids() const override { return topk_ids_.get<int32_t>(); }
   const float* topk_weights() const override { return topk_w_.get<float>(); }
   double weight_bytes(int active) const override {
+    FP4MOE_CHECK(active >= 0 && active <= cfg_.num_experts, "weight_bytes: ", active, " active experts out of [0, ",
+                 cfg_.num_experts, "]");
     const double per_group = static_cast<double>(fc1_.weight_bytes() + fc1_.scale_bytes() +
                                                  fc2_.weight_bytes() + fc2_.scale_bytes());
     return per_group * (active + (cfg_.has_shared_expert() ? 1 : 0));
@@ -160,6 +164,11 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
       unit_tickets_, routing_ready_;
   // clock accounting: [cycles, ns, launches] of FC1, then of FC2 (allocated when first turned on)
   DeviceBuffer clock_counts_;
+  // Workspace buffers a larger batch replaced: kept until the layer is destroyed, because a CUDA
+  // graph captured before the growth still addresses them (a serving loop captures small decode
+  // batches, then runs a larger prefill batch eagerly, then replays the small graphs).
+  std::vector<DeviceBuffer> retired_;
+  int device_ = 0;
   bool clock_on_ = false;
   std::shared_ptr<const TuningCache> cache_;
   CacheIdentity identity_;
@@ -175,6 +184,7 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
   FP4MOE_CHECK(opt.device >= 0 && opt.device < static_cast<int>(env.devices.size()),
                "GPU layer: device ", opt.device, " out of range (", env.devices.size(), " GPUs)");
   gpu_ = env.devices[opt.device];
+  device_ = opt.device;
   FP4MOE_CHECK(gpu_.sm >= 80, "GPU layer: ", gpu_.name, " is sm_", gpu_.sm,
                "; the kernels need sm_80 or newer");
   FP4MOE_CUDA_CHECK(cudaSetDevice(opt.device));
@@ -183,6 +193,7 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
                "kernels compute W4A16)");
   FP4MOE_CHECK(cfg_.num_experts <= kernels::kMaxRoutedExperts, "GPU layer: ", cfg_.num_experts,
                " experts exceed the routing limit ", kernels::kMaxRoutedExperts);
+  kernels::check_routing_shape(cfg_.num_experts, cfg_.routing.top_k, cfg_.routing.n_group, cfg_.routing.topk_group);
   for (int e = 0; e < cfg_.num_experts; ++e)
     FP4MOE_CHECK(w.experts[e].materialized(), "GPU layer: expert ", e, " is not materialised");
   if (cfg_.has_shared_expert())
@@ -356,15 +367,20 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   for (const Need& n : needs) {
     if (n.buf->bytes() >= n.bytes) continue;
+    if (n.buf->bytes() > 0) retired_.push_back(std::move(*n.buf));
     n.buf->resize(n.bytes);
     if (n.zero) FP4MOE_CUDA_CHECK(cudaMemset(n.buf->get(), 0, n.buf->bytes()));
   }
 }
 
 void GpuMoeLayerImpl::reserve(int64_t max_tokens) {
-  FP4MOE_CHECK(max_tokens >= 1, "reserve: max_tokens must be >= 1");
-  // Every buffer at its largest over plan_for()'s plans (cache or heuristic) up to max_tokens.
-  for (int64_t t = 1; t < max_tokens; t *= 2) ensure_workspace(t, plan_for(t), nullptr);
+  FP4MOE_CHECK(max_tokens >= 1 && max_tokens <= (int64_t{1} << 24), "reserve: max_tokens ", max_tokens,
+               " out of [1, 2^24]");
+  const ScopedDevice on_device(device_);
+  // Every buffer at its largest over plan_for()'s plans (cache or heuristic) up to max_tokens:
+  // each plan's buffers for max_tokens, since a plan chosen at T <= max_tokens may serve any
+  // batch up to the next bucket (a prefill plan's gather buffer, say, at 700 tokens from 512's).
+  for (int64_t t = 1; t < max_tokens; t *= 2) ensure_workspace(max_tokens, plan_for(t), nullptr);
   ensure_workspace(max_tokens, plan_for(max_tokens), nullptr);
 }
 
@@ -377,6 +393,11 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   FP4MOE_CHECK(tokens >= 1 && tokens <= (int64_t{1} << 24), "forward: token count ", tokens,
                " out of [1, 2^24]");
   FP4MOE_CHECK(hidden && logits && out, "forward: null device pointer");
+  // The kernels move hidden rows and output rows 16 bytes at a time (cp.async, uint4 stores).
+  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(logits) % 4 == 0,
+               "forward: hidden and out must be 16-byte aligned and logits 4-byte aligned");
+  const ScopedDevice on_device(device_);
   const LayerPlan plan = plan_in ? *plan_in : plan_for(tokens);
   const W4a16Kernel& k1 = kernel_for(plan.fc1, Epilogue::kSwiglu);
   const W4a16Kernel& k2 = kernel_for(plan.fc2, Epilogue::kFinalize);

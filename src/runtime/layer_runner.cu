@@ -1,6 +1,8 @@
 // run_gpu_layer: upload, run, time (see fp4moe/layer.h).
 #include <cuda_runtime.h>
 
+#include <cmath>
+
 #include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
 #include "fp4moe/layer.h"
@@ -16,10 +18,16 @@ GpuLayerRun run_gpu_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
                           const std::vector<float>& logits, int64_t tokens, int iters,
                           const LayerPlan* plan_in) {
   const MoeConfig& cfg = layer.config();
-  FP4MOE_CHECK(static_cast<int64_t>(hidden.size()) == tokens * cfg.hidden, "run_gpu_layer: hidden holds ",
-               hidden.size(), " values, expected [", tokens, ", ", cfg.hidden, "]");
-  FP4MOE_CHECK(static_cast<int64_t>(logits.size()) == tokens * cfg.num_experts, "run_gpu_layer: logits hold ",
-               logits.size(), " values, expected [", tokens, ", ", cfg.num_experts, "]");
+  FP4MOE_CHECK(static_cast<int64_t>(hidden.size()) == checked_size(tokens, cfg.hidden, "run_gpu_layer: hidden"),
+               "run_gpu_layer: hidden holds ", hidden.size(), " values, expected [", tokens, ", ", cfg.hidden, "]");
+  FP4MOE_CHECK(static_cast<int64_t>(logits.size()) == checked_size(tokens, cfg.num_experts, "run_gpu_layer: logits"),
+               "run_gpu_layer: logits hold ", logits.size(), " values, expected [", tokens, ", ", cfg.num_experts, "]");
+  // As route_reference does: the GPU routing would turn a non-finite logit into a NaN output.
+  for (size_t i = 0; i < logits.size(); ++i)
+    FP4MOE_CHECK(std::isfinite(logits[i]), "run_gpu_layer: logit (token ", i / cfg.num_experts, ", expert ",
+                 i % cfg.num_experts, ") is ", logits[i]);
+  for (size_t i = 0; i < hidden.size(); ++i)
+    FP4MOE_CHECK(std::isfinite(hidden[i]), "run_gpu_layer: hidden value ", i, " is ", hidden[i]);
   GpuLayerRun run;
   run.plan = plan_in ? *plan_in : layer.plan_for(tokens);
   std::vector<uint16_t> hb(hidden.size());

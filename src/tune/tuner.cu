@@ -66,12 +66,18 @@ CacheIdentity current_cache_identity() {
 
 std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, const TuneOptions& opt) {
   const MoeConfig& cfg = layer.config();
-  const GpuSpec gpu = query_cuda_environment().devices.at(0);
+  const CudaEnvironment env = query_cuda_environment();
+  FP4MOE_CHECK(!env.devices.empty(), "tuning: no usable GPU (", env.error, ")");
+  const GpuSpec gpu = env.devices[0];
   std::vector<int64_t> buckets = opt.buckets;
   if (buckets.empty())
     for (int64_t b : token_buckets())
       if (b <= 16384) buckets.push_back(b);
   FP4MOE_CHECK(opt.iters >= 1 && opt.warmup >= 0, "tuning: iters must be >= 1");
+  // Without verified rows every candidate would pass its check (and a wrong one be cached).
+  FP4MOE_CHECK(opt.verify_tokens >= 1, "tuning: verify_tokens must be >= 1, got ", opt.verify_tokens);
+  for (int64_t b : buckets)
+    FP4MOE_CHECK(b >= 1 && b <= (int64_t{1} << 24), "tuning: bucket ", b, " out of [1, 2^24]");
   layer.reserve(*std::max_element(buckets.begin(), buckets.end()));
   L2Flusher flusher(gpu.l2_bytes);
   cudaStream_t s;
@@ -128,8 +134,16 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
         FP4MOE_CUDA_CHECK(cudaMemsetAsync(b.out.get(), 0xFF, b.out.bytes(), s));
         layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), s, &plan);
         FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
-        std::vector<uint16_t> out(nv * cfg.hidden);
+        // All T rows back: the first nv against the reference, every one finite (the output was
+        // poisoned with NaN: a tactic that leaves later token tiles unwritten is caught too).
+        std::vector<uint16_t> out(T * cfg.hidden);
         FP4MOE_CUDA_CHECK(cudaMemcpy(out.data(), b.out.get(), out.size() * 2, cudaMemcpyDeviceToHost));
+        const auto unwritten = std::find_if(out.begin(), out.end(), [](uint16_t v) { return (v & 0x7F80) == 0x7F80; });
+        if (unwritten != out.end()) {
+          r.rejected.push_back({t, "non-finite output at token " + std::to_string((unwritten - out.begin()) / cfg.hidden)});
+          return -1;
+        }
+        out.resize(nv * cfg.hidden);
         const double err = rel_error_rows(out, cfg.hidden, b.reference_rows);
         if (!(err < opt.max_rel_error)) {
           r.rejected.push_back({t, "wrong result: relative error " + std::to_string(err) + " vs the reference"});

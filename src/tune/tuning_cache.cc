@@ -236,7 +236,9 @@ TuningCache TuningCache::merge_into_file(const std::string& path, const std::vec
                                          std::vector<std::string>* warnings) {
   namespace fs = std::filesystem;
   const fs::path p(path);
-  if (p.has_parent_path()) fs::create_directories(p.parent_path());
+  std::error_code ec;
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
+  FP4MOE_CHECK(!ec, p.parent_path().string(), ": cannot create the cache directory (", ec.message(), ")");
   // Exclusive lock on a side file, held while reading, merging and replacing the cache.
   const std::string lock_path = path + ".lock";
   const int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR, 0644);
@@ -251,14 +253,18 @@ TuningCache TuningCache::merge_into_file(const std::string& path, const std::vec
     for (const auto& e : entries) merged.put(e);
     const int sm = entries.empty() ? (merged.entries_.empty() ? 0 : merged.entries_[0].id.sm) : entries[0].id.sm;
     const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    {
+    try {
       std::ofstream f(tmp, std::ios::trunc);
       FP4MOE_CHECK(f.good(), tmp, ": cannot write");
       f << render(merged.entries_, sm);
-      f.flush();
-      FP4MOE_CHECK(f.good(), tmp, ": write failed");
+      f.close();
+      FP4MOE_CHECK(!f.fail(), tmp, ": write failed");
+      fs::rename(tmp, path, ec);  // atomic replacement: readers see the old or the new file, whole
+      FP4MOE_CHECK(!ec, path, ": cannot replace the cache file (", ec.message(), ")");
+    } catch (...) {
+      fs::remove(tmp, ec);  // no temporary file left behind
+      throw;
     }
-    fs::rename(tmp, path);  // atomic replacement: readers see the old or the new file, whole
   } catch (...) {
     ::flock(fd, LOCK_UN);
     ::close(fd);

@@ -19,11 +19,13 @@
 #include <cstdio>
 #include <map>
 
+#include "fp4moe/bf16.h"
 #include "fp4moe/layer.h"
 #include "fp4moe/resource_model.h"
 #include "fp4moe/synthetic.h"
 #include "gpu_test_util.h"
 #include "kernels/gemm/w4a16_registry.h"
+#include "runtime/captured_graph.h"
 
 namespace fp4moe {
 namespace {
@@ -347,6 +349,93 @@ TEST(GpuLayer, RejectsBadInput) {
   MoeWeights unmat = c.weights;
   unmat.experts[3] = ExpertWeights{};
   EXPECT_THROW(GpuMoeLayer::create(unmat), Error);
+  // Pointers the kernels cannot move 16 bytes at a time from.
+  EXPECT_THROW(c.layer->forward(reinterpret_cast<uint16_t*>(buf.get<char>() + 2), buf.get<float>(), 4,
+                                buf.get<uint16_t>(), nullptr),
+               Error);
+  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 4,
+                                reinterpret_cast<uint16_t*>(buf.get<char>() + 8), nullptr),
+               Error);
+  // More slots than the routing's warp has lanes: refused at creation, whichever family would run
+  // (the small-batch family routes inside FC1, without the routing launch's check).
+  MoeConfig wide_k = odd_config();
+  wide_k.num_experts = 64;
+  wide_k.routing.top_k = 40;
+  SyntheticOptions so;
+  so.init = WeightInit::kRandomCodes;
+  EXPECT_THROW(GpuMoeLayer::create(make_synthetic_moe(wide_k, so)), Error);
+  // The layer still runs after the refusals (no CUDA error left behind for the next check).
+  const Batch in = make_batch(c, 4, 9);
+  const RunResult r = run_layer(*c.layer, in.hidden, in.logits, 4, &in.plan);
+  const test::Comparison after = check_against_reference(c.weights, in.hidden, 4, r);
+  EXPECT_EQ(after.non_finite, 0);
+  EXPECT_LT(after.rel_frobenius, kTolerance);
+}
+
+// A token whose logits hold a NaN or an infinity: its output row is NaN (never a routing id out
+// of range, never a crash or a CUDA error), the other tokens' rows are as without it (within
+// float32 summation order: the poisoned tokens' routing moves the stream-K cuts), in every family
+// (T = 3: small batch, 12: decode, 300: prefill on sm_90a).
+TEST(GpuLayer, NonFiniteLogitsPoisonTheirTokenOnly) {
+  FP4MOE_REQUIRE_GPU();
+  LayerCase c = make_case(odd_config(), 81);
+  const int E = c.weights.config.num_experts;
+  const int64_t H = c.weights.config.hidden;
+  for (int64_t tokens : {3, 12, 300}) {
+    const Batch in = make_batch(c, tokens, 13);
+    const RunResult clean = run_layer(*c.layer, in.hidden, in.logits, tokens, &in.plan);
+    for (const float bad : {std::nanf(""), INFINITY}) {
+      std::vector<float> logits = in.logits;
+      std::fill(logits.begin() + E, logits.begin() + 2 * E, bad);  // token 1: the whole row
+      logits[2 * E + 5] = bad;                                       // token 2: one expert
+      const RunResult r = run_layer(*c.layer, in.hidden, logits, tokens, &in.plan);
+      for (int32_t id : r.routing.ids) ASSERT_TRUE(id >= 0 && id < E) << "T=" << tokens << " id " << id;
+      double num = 0, den = 0;
+      for (int64_t t = 0; t < tokens; ++t) {
+        const bool poisoned = t == 1 || t == 2;
+        for (int64_t h = 0; h < H; ++h) {
+          const double v = Bf16::from_bits(r.out[t * H + h]).to_float();
+          if (poisoned) {
+            ASSERT_FALSE(std::isfinite(v)) << "T=" << tokens << " token " << t << " col " << h;
+          } else {
+            ASSERT_TRUE(std::isfinite(v)) << "T=" << tokens << " token " << t << " col " << h;
+            const double want = Bf16::from_bits(clean.out[t * H + h]).to_float();
+            num += (v - want) * (v - want);
+            den += want * want;
+          }
+        }
+      }
+      EXPECT_LT(std::sqrt(num / den), 1e-3) << "T=" << tokens << ": the clean tokens changed";
+    }
+  }
+}
+
+// A graph captured at a small batch still replays correctly after a larger batch grew the
+// workspace (a serving loop: decode graphs captured, then a prefill batch run eagerly).
+TEST(GpuLayer, GraphsCapturedBeforeTheWorkspaceGrowsStillReplay) {
+  FP4MOE_REQUIRE_GPU();
+  LayerCase c = make_case(odd_config(), 91);
+  const MoeConfig& cfg = c.weights.config;
+  const int64_t small = 5, large = 2000;
+  const Batch in = make_batch(c, small, 17);
+  const RunResult want = run_layer(*c.layer, in.hidden, in.logits, small, &in.plan);
+  DeviceBuffer dh = test::to_device(test::to_bf16_bits(in.hidden));
+  DeviceBuffer dl = test::to_device(in.logits);
+  DeviceBuffer dout(small * cfg.hidden * 2);
+  cudaStream_t s;
+  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  {
+    const CapturedGraph graph(s, [&](cudaStream_t st) {
+      c.layer->forward(dh.get<uint16_t>(), dl.get<float>(), small, dout.get<uint16_t>(), st, &in.plan);
+    });
+    const Batch big = make_batch(c, large, 19);
+    run_layer(*c.layer, big.hidden, big.logits, large, &big.plan);  // grows every buffer
+    test::poison(dout);
+    graph.launch(s);
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    EXPECT_EQ(test::to_host<uint16_t>(dout, small * cfg.hidden), want.out);
+  }
+  FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 }  // namespace

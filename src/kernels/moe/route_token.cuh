@@ -67,6 +67,15 @@ __device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_i
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) bias[j] = 0.0f;
   }
+  // A non-finite logit poisons its token: the token is routed on 0 in its place, so that every id
+  // stays in [0, E) (a NaN wins no comparison: a row of them left the best at an id past E, and
+  // the permutation counted into it), and its routing weights become NaN below, so that the
+  // output carries the NaN. The host entry points refuse such logits; a device pointer's cannot.
+  bool bad = false;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j)
+    if (!isfinite(x[j])) bad = true, x[j] = 0.0f;
+  const bool poisoned = __any_sync(0xffffffffu, bad);
   float choice[kPerLane], score[kPerLane];
   float maxv = kNegInf;
 #pragma unroll
@@ -210,6 +219,7 @@ __device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_i
   if (lane < k) {
     if (p.norm_topk_prob) my_w /= (wsum + 1e-20f);
     my_w *= p.routed_scaling_factor;
+    if (poisoned) my_w = __int_as_float(0x7fc00000);  // NaN
   }
 }
 

@@ -155,15 +155,18 @@ __global__ void __launch_bounds__(256) scan_and_scatter(const RoutingParams p) {
 
 }  // namespace
 
-void launch_routing(const RoutingParams& p, cudaStream_t stream) {
-  FP4MOE_CHECK(p.experts >= 1 && p.experts <= kMaxRoutedExperts, "GPU routing supports 1..",
-               kMaxRoutedExperts, " experts, got ", p.experts);
-  FP4MOE_CHECK(p.top_k >= 1 && p.top_k <= 32 && p.top_k <= p.experts, "GPU routing: top_k ",
-               p.top_k, " out of [1, min(32, experts)]");
-  FP4MOE_CHECK(p.n_group >= 1 && p.n_group <= 32 && p.experts % p.n_group == 0 &&
-                   p.topk_group >= 1 && p.topk_group <= p.n_group,
-               "GPU routing: n_group ", p.n_group, " / topk_group ", p.topk_group,
+void check_routing_shape(int experts, int top_k, int n_group, int topk_group) {
+  FP4MOE_CHECK(experts >= 1 && experts <= kMaxRoutedExperts, "GPU routing supports 1..", kMaxRoutedExperts,
+               " experts, got ", experts);
+  FP4MOE_CHECK(top_k >= 1 && top_k <= 32 && top_k <= experts, "GPU routing: top_k ", top_k,
+               " out of [1, min(32, experts)]");
+  FP4MOE_CHECK(n_group >= 1 && n_group <= 32 && experts % n_group == 0 && topk_group >= 1 && topk_group <= n_group,
+               "GPU routing: n_group ", n_group, " / topk_group ", topk_group,
                " invalid (n_group <= 32 must divide the experts)");
+}
+
+void launch_routing(const RoutingParams& p, cudaStream_t stream) {
+  check_routing_shape(p.experts, p.top_k, p.n_group, p.topk_group);
   if (p.tokens == 0) return;
   if (p.tokens <= kSingleCtaRoutingTokens) {
     constexpr int kWide = kMaxRoutedExperts / 32;

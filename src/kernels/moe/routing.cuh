@@ -47,4 +47,9 @@ inline constexpr int kSingleCtaRoutingTokens = 32;
 // memsets and 2 kernels). Checks the launch errors; never synchronizes.
 void launch_routing(const RoutingParams& p, cudaStream_t stream);
 
+// The routing's own limits (one warp routes a token: top_k <= 32 lanes, n_group <= 32 lanes,
+// experts <= kMaxRoutedExperts); an Error naming the one broken. Checked by launch_routing and,
+// for the small-batch family, which routes inside FC1 without it, by the layer at creation.
+void check_routing_shape(int experts, int top_k, int n_group, int topk_group);
+
 }  // namespace fp4moe::kernels
