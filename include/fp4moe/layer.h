@@ -47,7 +47,9 @@ class GpuMoeLayer {
 
   virtual const MoeConfig& config() const = 0;
   // Workspace for batches up to max_tokens, for the plans plan_for() gives them (stream-K
-  // partials included): forward() allocates nothing for such batches afterwards.
+  // partials included): forward() allocates nothing for such batches afterwards. A larger batch
+  // later grows the workspace outside a capture; the buffers it replaces are kept until the
+  // layer is destroyed, so graphs captured before still replay.
   virtual void reserve(int64_t max_tokens) = 0;
   // The plan for a batch of `tokens`: the tuning cache's tactics for the nearest bucket where
   // it has them (and they are compiled in), the documented heuristic otherwise.
@@ -61,7 +63,9 @@ class GpuMoeLayer {
   virtual const std::vector<std::string>& tuning_warnings() const = 0;
 
   // out [T, H] bf16 = MoE(hidden [T, H] bf16, router logits [T, E] fp32); all pointers are
-  // device memory. Enqueued on `stream`; returns without waiting.
+  // device memory on the layer's GPU, hidden and out 16-byte aligned. Enqueued on `stream`;
+  // returns without waiting. A token whose logits are not all finite gets a NaN output row (its
+  // routing weights are NaN; the other tokens are unaffected).
   virtual void forward(const uint16_t* hidden, const float* logits, int64_t tokens,
                        uint16_t* out, GpuStream stream, const LayerPlan* plan = nullptr) = 0;
 
