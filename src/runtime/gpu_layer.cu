@@ -67,6 +67,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   LayerPlan plan_for(int64_t tokens) const override;
   LayerPlan plan_for_heuristic(int64_t tokens) const override { return heuristic_plan(cfg_, tokens, gpu_); }
   std::string plan_source(int64_t tokens) const override;
+  std::pair<LayerPlan, std::string> planned(int64_t tokens) const;
   void set_tuning_cache(std::shared_ptr<const TuningCache> cache) override { cache_ = std::move(cache); }
   const std::vector<std::string>& tuning_warnings() const override { return cache_warnings_; }
   void forward(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
@@ -262,30 +263,32 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
   }
 }
 
-LayerPlan GpuMoeLayerImpl::plan_for(int64_t tokens) const {
-  LayerPlan plan = plan_for_heuristic(tokens);
-  if (!cache_) return plan;
-  auto take = [&](const GemmKey& key, Tactic& slot) {
-    if (auto e = cache_->lookup(identity_, key, tokens); e && kernels::find_w4a16_kernel(e->winner))
-      slot = e->winner;
-  };
+LayerPlan GpuMoeLayerImpl::plan_for(int64_t tokens) const { return planned(tokens).first; }
+
+std::string GpuMoeLayerImpl::plan_source(int64_t tokens) const { return planned(tokens).second; }
+
+// The plan for `tokens` and where each GEMM's tactic came from ("cache" or "heuristic"), decided
+// together so that the source always describes the plan returned.
+std::pair<LayerPlan, std::string> GpuMoeLayerImpl::planned(int64_t tokens) const {
+  FP4MOE_CHECK(tokens >= 1 && tokens <= (int64_t{1} << 24), "plan_for: token count ", tokens, " out of [1, 2^24]");
+  const LayerPlan plan = plan_for_heuristic(tokens);
+  const std::pair<LayerPlan, std::string> heuristic{plan, "heuristic/heuristic"};
+  if (!cache_) return heuristic;
   LayerPlan cached = plan;
-  take(fc1_key(cfg_), cached.fc1);
-  take(fc2_key(cfg_), cached.fc2);
+  bool from_cache[2] = {false, false};
+  auto take = [&](const GemmKey& key, Tactic& slot, bool& taken) {
+    if (auto e = cache_->lookup(identity_, key, tokens); e && kernels::find_w4a16_kernel(e->winner)) {
+      slot = e->winner;
+      taken = true;
+    }
+  };
+  take(fc1_key(cfg_), cached.fc1, from_cache[0]);
+  take(fc2_key(cfg_), cached.fc2, from_cache[1]);
   // The small-batch family runs its two GEMMs together and only up to its batch: an entry of a
   // neighbouring bucket that breaks either rule leaves the heuristic's plan.
   const bool gemv1 = cached.fc1.family == Family::kW4a16Gemv, gemv2 = cached.fc2.family == Family::kW4a16Gemv;
-  if (gemv1 != gemv2 || (gemv1 && tokens > cached.fc1.tile_tokens)) return plan;
-  return cached;
-}
-
-std::string GpuMoeLayerImpl::plan_source(int64_t tokens) const {
-  auto source = [&](const GemmKey& key) {
-    if (!cache_) return "heuristic";
-    auto e = cache_->lookup(identity_, key, tokens);
-    return e && kernels::find_w4a16_kernel(e->winner) ? "cache" : "heuristic";
-  };
-  return std::string(source(fc1_key(cfg_))) + "/" + source(fc2_key(cfg_));
+  if (gemv1 != gemv2 || (gemv1 && tokens > cached.fc1.tile_tokens)) return heuristic;
+  return {cached, std::string(from_cache[0] ? "cache" : "heuristic") + "/" + (from_cache[1] ? "cache" : "heuristic")};
 }
 
 const W4a16Kernel& GpuMoeLayerImpl::kernel_for(const Tactic& t, Epilogue ep) const {
