@@ -91,6 +91,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   SmClockAccount read_clock_accounting() const override {
     SmClockAccount a;
     if (clock_counts_.bytes() == 0) return a;
+    const ScopedDevice on_device(device_);  // its synchronization waits for the layer's GPU
     unsigned long long c[6];
     FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
     FP4MOE_CUDA_CHECK(cudaMemcpy(c, clock_counts_.get(), sizeof(c), cudaMemcpyDeviceToHost));
