@@ -64,8 +64,7 @@ BenchReport run_bench(const BenchOptions& o) {
   const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
   layer->reserve(max_t);
   L2Flusher flusher(report.gpu.l2_bytes);
-  cudaStream_t stream;
-  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const OwnedStream stream;
   const MoeConfig& cfg = o.config;
   const std::vector<float> skew_bias =
       o.skew > 0 ? make_router_logits(1, cfg.num_experts, o.seed + 99, o.skew) : std::vector<float>{};
@@ -186,7 +185,6 @@ BenchReport run_bench(const BenchOptions& o) {
     }
     report.rows.push_back(row);
   }
-  cudaStreamDestroy(stream);
   return report;
 }
 

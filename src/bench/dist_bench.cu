@@ -108,8 +108,7 @@ void run_tp_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
   if (single) single->reserve(max_t);
   const GpuSpec gpu = query_cuda_environment().devices.at(rank);
   L2Flusher flusher(gpu.l2_bytes);
-  cudaStream_t s;
-  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const OwnedStream s;
   cudaEvent_t ev[6];
   for (auto& e : ev) FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
   void* const stage_events[4] = {ev[0], ev[1], ev[2], ev[3]};
@@ -199,7 +198,6 @@ void run_tp_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
                  " (relative Frobenius), more than 1e-2");
   }
   for (auto& e : ev) cudaEventDestroy(e);
-  cudaStreamDestroy(s);
 }
 
 void run_ep_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
@@ -220,8 +218,7 @@ void run_ep_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
   }
   const GpuSpec gpu = query_cuda_environment().devices.at(rank);
   L2Flusher flusher(gpu.l2_bytes);
-  cudaStream_t s;
-  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const OwnedStream s;
   cudaEvent_t ev[7];
   for (auto& e : ev) FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
   DeviceBuffer err_sums(16);
@@ -306,7 +303,6 @@ void run_ep_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
                  " (relative Frobenius), more than 1e-2");
   }
   for (auto& e : ev) cudaEventDestroy(e);
-  cudaStreamDestroy(s);
 }
 
 

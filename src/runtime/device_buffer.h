@@ -48,6 +48,23 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// An owning non-blocking CUDA stream, destroyed on every way out of its scope (an exception
+// included); converts to cudaStream_t where one is taken.
+class OwnedStream {
+ public:
+  OwnedStream() { FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  ~OwnedStream() {
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  operator cudaStream_t() const { return stream_; }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
 // Makes `device` current for a scope and restores the caller's device after it: the layer's
 // entry points work on the GPU it was created on, whichever device is current when called.
 class ScopedDevice {

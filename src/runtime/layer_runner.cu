@@ -36,8 +36,7 @@ GpuLayerRun run_gpu_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
   FP4MOE_CUDA_CHECK(cudaMemcpy(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
   FP4MOE_CUDA_CHECK(cudaMemcpy(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
   FP4MOE_CUDA_CHECK(cudaMemset(dout.get(), 0xFF, dout.bytes()));  // poison: NaN where unwritten
-  cudaStream_t s;
-  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const OwnedStream s;
   layer.reserve(tokens);
   layer.forward(dh.get<uint16_t>(), dl.get<float>(), tokens, dout.get<uint16_t>(), s, &run.plan);
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -65,7 +64,6 @@ GpuLayerRun run_gpu_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
     run.sm_clock = layer.read_clock_accounting();
     layer.set_clock_accounting(false);
   }
-  FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
   return run;
 }
 

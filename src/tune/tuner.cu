@@ -80,8 +80,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
     FP4MOE_CHECK(b >= 1 && b <= (int64_t{1} << 24), "tuning: bucket ", b, " out of [1, 2^24]");
   layer.reserve(*std::max_element(buckets.begin(), buckets.end()));
   L2Flusher flusher(gpu.l2_bytes);
-  cudaStream_t s;
-  FP4MOE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const OwnedStream s;
 
   // Candidates: every compiled tactic of the GEMM's epilogue; the model rejects what cannot run.
   auto candidates = [&](Epilogue ep, int64_t T, TuneResult& r) {
@@ -211,7 +210,6 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       done += 1;
     }
   }
-  cudaStreamDestroy(s);
   return results;
 }
 
