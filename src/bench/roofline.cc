@@ -6,18 +6,20 @@
 
 namespace fp4moe {
 
+double expert_weight_bytes(int64_t hidden, int64_t intermediate) {
+  return 3.0 * static_cast<double>(hidden) * static_cast<double>(intermediate) * (0.5 + 1.0 / kNvfp4BlockSize) + 3 * 4;
+}
+
 LayerCost layer_cost(const MoeConfig& cfg, int64_t tokens, int active_experts) {
   FP4MOE_CHECK(tokens >= 0 && active_experts >= 0 && active_experts <= cfg.num_experts,
                "layer_cost: bad arguments (tokens ", tokens, ", active experts ", active_experts, ")");
   const double H = static_cast<double>(cfg.hidden), I = static_cast<double>(cfg.intermediate);
   const double Is = static_cast<double>(cfg.shared_intermediate);
-  // One expert: gate [I, H], up [I, H], down [H, I]: codes 1/2 byte, scales 1/16 byte per
-  // element, and three fp32 global scales.
-  auto expert_bytes = [&](double inter) { return 3.0 * H * inter * (0.5 + 1.0 / 16.0) + 3 * 4; };
   LayerCost c;
   c.tokens = tokens;
   c.active_experts = active_experts;
-  c.weight_bytes = active_experts * expert_bytes(I) + (cfg.has_shared_expert() ? expert_bytes(Is) : 0);
+  c.weight_bytes = active_experts * expert_weight_bytes(cfg.hidden, cfg.intermediate) +
+                   (cfg.has_shared_expert() ? expert_weight_bytes(cfg.hidden, cfg.shared_intermediate) : 0);
   const double T = static_cast<double>(tokens);
   c.activation_bytes = T * H * 2 + T * cfg.num_experts * 4 + T * H * 2;
   c.bytes = c.weight_bytes + c.activation_bytes;

@@ -25,6 +25,10 @@ struct LayerCost {
 
 // Bytes and FLOPs for `tokens` tokens whose routing activates `active_experts` experts.
 LayerCost layer_cost(const MoeConfig& cfg, int64_t tokens, int active_experts);
+
+// One expert's NVFP4 bytes: gate [I, H], up [I, H], down [H, I] - codes 1/2 byte and scales
+// 1/16 byte an element, and three fp32 global scales.
+double expert_weight_bytes(int64_t hidden, int64_t intermediate);
 // Distinct experts in a [T, k] id list.
 int count_active_experts(const std::vector<int32_t>& ids, int num_experts);
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "bench/roofline.h"
 #include "cli/shape_options.h"
 #include "cli/validators.h"
 #include "common/host_memory.h"
@@ -97,11 +98,6 @@ double relative_error(const std::vector<uint16_t>& got, const std::vector<double
   return std::sqrt(num / den);
 }
 
-// One expert's NVFP4 weights on the host: codes and per-16 E4M3 scales of FC1 (gate, up) and FC2.
-double expert_bytes(const MoeConfig& c) {
-  return 3.0 * static_cast<double>(c.hidden) * static_cast<double>(c.intermediate) * (0.5 + 1.0 / kNvfp4BlockSize);
-}
-
 // Host bytes the run holds for `tokens` tokens at its peak: its inputs (fp32 hidden states,
 // router logits, the routing), the bf16 output and its copy, the float64 reference where it
 // runs, and the seeded experts it materialises (all of them for the GPU). An estimate within
@@ -111,7 +107,7 @@ double host_bytes_needed(const MoeConfig& c, int64_t tokens, bool gpu, bool refe
   const double k = c.routing.top_k, E = c.num_experts;
   const double per_token = H * (4 + 2 + 2) + E * 4 * 2 + k * 8;
   const double experts = gpu ? E + 1 : std::min(E, static_cast<double>(tokens) * k) + 1;
-  return static_cast<double>(tokens) * per_token + experts * expert_bytes(c) +
+  return static_cast<double>(tokens) * per_token + experts * expert_weight_bytes(c.hidden, c.intermediate) +
          (reference ? moe_reference_host_bytes(c, tokens) : 0.0);
 }
 
@@ -185,7 +181,8 @@ void run_layer(const RunArgs& a) {
     w.experts = std::move(ex.experts);
     w.shared = std::move(ex.shared);
     std::printf("weights: seeded random NVFP4 (seed %llu), %d of %d experts materialised (%.2f GB) in %.2f s\n",
-                static_cast<unsigned long long>(a.seed), n, cfg.num_experts, n * expert_bytes(cfg) / 1e9,
+                static_cast<unsigned long long>(a.seed), n, cfg.num_experts,
+                n * expert_weight_bytes(cfg.hidden, cfg.intermediate) / 1e9,
                 seconds_since(t0));
   }
   std::printf("tokens %lld: %lld (token, expert) pairs on %d of %d experts\n", static_cast<long long>(tokens),
