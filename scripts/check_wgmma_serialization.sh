@@ -14,7 +14,8 @@
 # consumer loop depends on a value ptxas cannot prove warp-uniform (anything derived from the
 # thread index): the slot and phase after it go to vector registers, and the prefill GEMMs ran
 # 3-5% slower (docs/PERFORMANCE.md). The SASS comes from cuobjdump (the toolkit's, or the
-# nvidia-cuda-cuobjdump wheel that scripts/install_deps.sh installs).
+# nvidia-cuda-cuobjdump wheel that scripts/install_deps.sh installs, with the nvidia-cuda-nvdisasm
+# wheel beside it: cuobjdump -sass runs nvdisasm from its own directory or the PATH).
 #
 # Known and measured: the two-CTA 64-token tile (w4a16_wgmma:m128n64k64:s7:w12, swiglu and
 # finalize: encode_tactic 74310493432234002 and 74310493432234004) has 80 registers a thread at

@@ -4,14 +4,15 @@
 #   Debian packages: compiler, CMake, GoogleTest, CLI11, nlohmann-json; clang with its runtime
 #   (libFuzzer, ASan, UBSan) for the parser fuzz test.
 #   PyPI packages (pinned): the independent oracles some tests call (ml_dtypes, numpy,
-#   safetensors), matplotlib for scripts/plot_bench.py, and cuobjdump (the toolkit here has none)
-#   for the SASS checks of scripts/check_wgmma_serialization.sh.
+#   safetensors), matplotlib for scripts/plot_bench.py, and cuobjdump with the nvdisasm it runs
+#   for -sass (the toolkit here has neither) for the SASS checks of
+#   scripts/check_wgmma_serialization.sh.
 set -euo pipefail
 
 DEBIAN_PACKAGES=(g++ cmake make python3 python3-pip googletest libgtest-dev libcli11-dev
                  nlohmann-json3-dev clang libclang-rt-dev)
 PYTHON_PACKAGES=("numpy==2.2.6" "ml_dtypes==0.5.3" "safetensors==0.6.2" "matplotlib==3.10.7"
-                 "nvidia-cuda-cuobjdump==13.5.37")
+                 "nvidia-cuda-cuobjdump==13.5.37" "nvidia-cuda-nvdisasm==13.5.37")
 
 missing=()
 for p in "${DEBIAN_PACKAGES[@]}"; do
