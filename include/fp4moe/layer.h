@@ -66,6 +66,12 @@ class GpuMoeLayer {
   // device memory on the layer's GPU, hidden and out 16-byte aligned. Enqueued on `stream`;
   // returns without waiting. A token whose logits are not all finite gets a NaN output row (its
   // routing weights are NaN; the other tokens are unaffected).
+  // Calls share the layer's workspace, so they run one after another on the GPU: calls from
+  // several threads are serialized on the host, and a call on another stream than the previous
+  // call waits for that call's end (an event, no host wait). A captured call is ordered only when
+  // its graph is launched: graph launches of one layer must not overlap each other or eager
+  // calls (launch them on one stream, or order them with events). Batches that should overlap
+  // need a layer each.
   virtual void forward(const uint16_t* hidden, const float* logits, int64_t tokens,
                        uint16_t* out, GpuStream stream, const LayerPlan* plan = nullptr) = 0;
 

@@ -65,6 +65,22 @@ class OwnedStream {
   cudaStream_t stream_ = nullptr;
 };
 
+// An owning CUDA event without timing (for ordering), created on the current device and
+// destroyed on every way out of its scope.
+class OwnedEvent {
+ public:
+  OwnedEvent() { FP4MOE_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+  ~OwnedEvent() {
+    if (event_) cudaEventDestroy(event_);
+  }
+  OwnedEvent(const OwnedEvent&) = delete;
+  OwnedEvent& operator=(const OwnedEvent&) = delete;
+  operator cudaEvent_t() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 // Makes `device` current for a scope and restores the caller's device after it: the layer's
 // entry points work on the GPU it was created on, whichever device is current when called.
 class ScopedDevice {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <mutex>
+#include <optional>
 
 #include "fp4moe/error.h"
 #include "fp4moe/heuristic.h"
@@ -68,7 +69,14 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   LayerPlan plan_for_heuristic(int64_t tokens) const override { return heuristic_plan(cfg_, tokens, gpu_); }
   std::string plan_source(int64_t tokens) const override;
   std::pair<LayerPlan, std::string> planned(int64_t tokens) const;
-  void set_tuning_cache(std::shared_ptr<const TuningCache> cache) override { cache_ = std::move(cache); }
+  void set_tuning_cache(std::shared_ptr<const TuningCache> cache) override {
+    const std::lock_guard<std::mutex> lock(cache_mutex_);
+    cache_ = std::move(cache);
+  }
+  std::shared_ptr<const TuningCache> tuning_cache() const {
+    const std::lock_guard<std::mutex> lock(cache_mutex_);
+    return cache_;
+  }
   const std::vector<std::string>& tuning_warnings() const override { return cache_warnings_; }
   void forward(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
                GpuStream stream, const LayerPlan* plan) override {
@@ -115,6 +123,8 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
  private:
   void run(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
            cudaStream_t stream, const LayerPlan* plan, void* const* events);
+  void enqueue(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
+               cudaStream_t stream, const LayerPlan* plan, void* const* events);
   void ensure_workspace(int64_t tokens, const LayerPlan& plan, cudaStream_t stream);
   void run_gemv(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out, cudaStream_t s,
                 const W4a16Kernel& k1, const W4a16Kernel& k2, const std::function<void(int)>& record);
@@ -172,7 +182,15 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   std::vector<DeviceBuffer> retired_;
   int device_ = 0;
   bool clock_on_ = false;
+  mutable std::mutex cache_mutex_;  // cache_ may be replaced while another thread plans
   std::shared_ptr<const TuningCache> cache_;
+  // One call at a time on the host (the workspace and the fields below), and on the GPU: the
+  // workspace is the layer's, so an eager call on another stream than the previous eager call
+  // waits for that call's end (call_done_, recorded after each eager call).
+  std::mutex call_mutex_;
+  std::optional<OwnedEvent> call_done_;
+  cudaStream_t last_stream_ = nullptr;
+  bool called_ = false;
   CacheIdentity identity_;
   std::vector<std::string> cache_warnings_;
   std::mutex info_mutex_;
@@ -190,6 +208,7 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
   FP4MOE_CHECK(gpu_.sm >= 80, "GPU layer: ", gpu_.name, " is sm_", gpu_.sm,
                "; the kernels need sm_80 or newer");
   FP4MOE_CUDA_CHECK(cudaSetDevice(opt.device));
+  call_done_.emplace();
   FP4MOE_CHECK(!cfg_.quantize_activations,
                "GPU layer: W4A4 activation quantization is a reference-only option (the GPU "
                "kernels compute W4A16)");
@@ -274,11 +293,12 @@ std::pair<LayerPlan, std::string> GpuMoeLayerImpl::planned(int64_t tokens) const
   FP4MOE_CHECK(tokens >= 1 && tokens <= (int64_t{1} << 24), "plan_for: token count ", tokens, " out of [1, 2^24]");
   const LayerPlan plan = plan_for_heuristic(tokens);
   const std::pair<LayerPlan, std::string> heuristic{plan, "heuristic/heuristic"};
-  if (!cache_) return heuristic;
+  const std::shared_ptr<const TuningCache> cache = tuning_cache();
+  if (!cache) return heuristic;
   LayerPlan cached = plan;
   bool from_cache[2] = {false, false};
   auto take = [&](const GemmKey& key, Tactic& slot, bool& taken) {
-    if (auto e = cache_->lookup(identity_, key, tokens); e && kernels::find_w4a16_kernel(e->winner)) {
+    if (auto e = cache->lookup(identity_, key, tokens); e && kernels::find_w4a16_kernel(e->winner)) {
       slot = e->winner;
       taken = true;
     }
@@ -373,13 +393,17 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
     if (n.buf->bytes() >= n.bytes) continue;
     if (n.buf->bytes() > 0) retired_.push_back(std::move(*n.buf));
     n.buf->resize(n.bytes);
-    if (n.zero) FP4MOE_CUDA_CHECK(cudaMemset(n.buf->get(), 0, n.buf->bytes()));
+    // On the call's stream and waited for: a plain cudaMemset runs on the legacy default stream,
+    // which a non-blocking stream's kernels do not wait for.
+    if (n.zero) FP4MOE_CUDA_CHECK(cudaMemsetAsync(n.buf->get(), 0, n.buf->bytes(), stream));
   }
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void GpuMoeLayerImpl::reserve(int64_t max_tokens) {
   FP4MOE_CHECK(max_tokens >= 1 && max_tokens <= (int64_t{1} << 24), "reserve: max_tokens ", max_tokens,
                " out of [1, 2^24]");
+  const std::lock_guard<std::mutex> lock(call_mutex_);
   const ScopedDevice on_device(device_);
   // Every buffer at its largest over plan_for()'s plans (cache or heuristic) up to max_tokens:
   // each plan's buffers for max_tokens, since a plan chosen at T <= max_tokens may serve any
@@ -388,9 +412,27 @@ void GpuMoeLayerImpl::reserve(int64_t max_tokens) {
   ensure_workspace(max_tokens, plan_for(max_tokens), nullptr);
 }
 
-void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t tokens,
-                          uint16_t* out, cudaStream_t stream, const LayerPlan* plan_in,
-                          void* const* events) {
+void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
+                          cudaStream_t stream, const LayerPlan* plan, void* const* events) {
+  const std::lock_guard<std::mutex> lock(call_mutex_);
+  const ScopedDevice on_device(device_);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FP4MOE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  // A captured call is ordered when its graph is launched, by whoever launches it; an eager call
+  // on a new stream is ordered here after the previous eager call.
+  const bool eager = capture == cudaStreamCaptureStatusNone;
+  if (eager && called_ && stream != last_stream_) FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, *call_done_, 0));
+  enqueue(hidden, logits, tokens, out, stream, plan, events);
+  if (eager) {
+    FP4MOE_CUDA_CHECK(cudaEventRecord(*call_done_, stream));
+    last_stream_ = stream;
+    called_ = true;
+  }
+}
+
+void GpuMoeLayerImpl::enqueue(const uint16_t* hidden, const float* logits, int64_t tokens,
+                              uint16_t* out, cudaStream_t stream, const LayerPlan* plan_in,
+                              void* const* events) {
   const std::function<void(int)> record = [&](int i) {
     if (events) FP4MOE_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(events[i]), stream));
   };
@@ -401,7 +443,6 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(logits) % 4 == 0,
                "forward: hidden and out must be 16-byte aligned and logits 4-byte aligned");
-  const ScopedDevice on_device(device_);
   const LayerPlan plan = plan_in ? *plan_in : plan_for(tokens);
   const W4a16Kernel& k1 = kernel_for(plan.fc1, Epilogue::kSwiglu);
   const W4a16Kernel& k2 = kernel_for(plan.fc2, Epilogue::kFinalize);

@@ -9,7 +9,8 @@
 //     whole batch run and every non-finite value counted, sampled tokens against the reference;
 //   - all tokens on one expert, softmax routing, group-limited routing (both also with the
 //     small-batch family's in-kernel routing);
-//   - bitwise identical output across repeated runs.
+//   - bitwise identical output across repeated runs, and calls on two streams or from two threads
+//     ordered as if made one after another;
 // The reference is given the GPU's own routing (ids and weights), so a near-tie that float32
 // and float64 rank differently cannot fail a GEMM test; routing has its own test.
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <thread>
 
 #include "fp4moe/bf16.h"
 #include "fp4moe/layer.h"
@@ -412,6 +414,65 @@ TEST(GpuLayer, NonFiniteLogitsPoisonTheirTokenOnly) {
 
 // A graph captured at a small batch still replays correctly after a larger batch grew the
 // workspace (a serving loop: decode graphs captured, then a prefill batch run eagerly).
+// Calls share the layer's workspace: a call on a second stream, or from a second thread, must
+// run after the call before it, not beside it. A large batch (prefill family on sm_90a, a few
+// hundred microseconds) on one stream, then at once small batches (the small-batch family,
+// which routes into the same buffers) on another, without a host wait between them; then two
+// threads, each on its own stream. Every output equals the output of the same batch run alone.
+TEST(GpuLayer, CallsOnOtherStreamsAndThreadsRunInOrder) {
+  FP4MOE_REQUIRE_GPU();
+  MoeConfig cfg;
+  cfg.name = "streams";
+  cfg.hidden = 2048;
+  cfg.intermediate = 768;  // narrow: T <= 3 takes the small-batch family
+  cfg.num_experts = 64;
+  cfg.routing = RoutingConfig{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f};
+  cfg.shared_intermediate = 768;
+  LayerCase c = make_case(cfg, 101);
+  const int64_t sizes[] = {4096, 3, 200, 1, 4096, 2};
+  constexpr int kBatches = 6;
+  std::vector<Batch> in;
+  std::vector<std::vector<uint16_t>> want;
+  for (int i = 0; i < kBatches; ++i) {
+    in.push_back(make_batch(c, sizes[i], 200 + i));
+    want.push_back(run_layer(*c.layer, in[i].hidden, in[i].logits, sizes[i], &in[i].plan).out);
+  }
+  std::vector<DeviceBuffer> dh, dl, dout;
+  for (int i = 0; i < kBatches; ++i) {
+    dh.push_back(test::to_device(test::to_bf16_bits(in[i].hidden)));
+    dl.push_back(test::to_device(in[i].logits));
+    dout.emplace_back(sizes[i] * cfg.hidden * 2);
+  }
+  const OwnedStream streams[2];
+  auto call = [&](int i, cudaStream_t s) {
+    c.layer->forward(dh[i].get<uint16_t>(), dl[i].get<float>(), sizes[i], dout[i].get<uint16_t>(), s, &in[i].plan);
+  };
+  auto check = [&](const char* how) {
+    for (int i = 0; i < kBatches; ++i)
+      EXPECT_EQ(test::to_host<uint16_t>(dout[i], sizes[i] * cfg.hidden), want[i]) << how << ", batch " << i << " (T = "
+                                                                                   << sizes[i] << ")";
+  };
+  // Alternating streams, one thread.
+  for (auto& o : dout) test::poison(o);
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  for (int i = 0; i < kBatches; ++i) call(i, streams[i % 2]);
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  check("two streams");
+  // Two threads, a stream each, three batches each, several rounds.
+  for (int round = 0; round < 3; ++round) {
+    for (auto& o : dout) test::poison(o);
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    std::thread other([&] {
+      FP4MOE_CUDA_CHECK(cudaSetDevice(0));
+      for (int i = 1; i < kBatches; i += 2) call(i, streams[1]);
+    });
+    for (int i = 0; i < kBatches; i += 2) call(i, streams[0]);
+    other.join();
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    check("two threads");
+  }
+}
+
 TEST(GpuLayer, GraphsCapturedBeforeTheWorkspaceGrowsStillReplay) {
   FP4MOE_REQUIRE_GPU();
   LayerCase c = make_case(odd_config(), 91);
