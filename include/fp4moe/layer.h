@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fp4moe/hw.h"
 #include "fp4moe/moe.h"
 #include "fp4moe/tactic.h"
 #include "fp4moe/tuning_cache.h"
@@ -46,6 +47,11 @@ class GpuMoeLayer {
   virtual ~GpuMoeLayer() = default;
 
   virtual const MoeConfig& config() const = 0;
+  // The GPU the layer lives on (LayerOptions::device), its description, and the identity its
+  // tuning-cache entries are measured under (that GPU's name and SM, the driver, this library).
+  virtual int device() const = 0;
+  virtual const GpuSpec& gpu() const = 0;
+  virtual const CacheIdentity& cache_identity() const = 0;
   // Workspace for batches up to max_tokens, for the plans plan_for() gives them (stream-K
   // partials included): forward() allocates nothing for such batches afterwards. A larger batch
   // later grows the workspace outside a capture; the buffers it replaces are kept until the

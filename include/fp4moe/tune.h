@@ -47,10 +47,8 @@ struct TuneResult {
   std::vector<RejectedTactic> rejected;
 };
 
-// The identity of the current GPU 0 for cache entries.
-CacheIdentity current_cache_identity();
-
-// Tunes both GEMMs of `layer` (whose weights are `weights`) at every bucket.
+// Tunes both GEMMs of `layer` (whose weights are `weights`) at every bucket, on the layer's GPU
+// (its entries belong under layer.cache_identity()).
 std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& weights, const TuneOptions& opt);
 
 // Cache entries for the results (winner and runner-up per GEMM and bucket).

@@ -73,7 +73,7 @@ void run_tune(const TuneArgs& a) {
   };
   const std::vector<TuneResult> results = tune_layer(*layer, w, o);
   if (tty) std::fprintf(stderr, "\r\033[K");
-  const CacheIdentity id = current_cache_identity();
+  const CacheIdentity& id = layer->cache_identity();
   const std::string path = TuningCache::file_for(id.sm, FP4MOE_VERSION);
   std::vector<std::string> warnings;
   TuningCache::merge_into_file(path, cache_entries(results, id), &warnings);

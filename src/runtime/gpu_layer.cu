@@ -64,6 +64,9 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
  public:
   GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt);
   const MoeConfig& config() const override { return cfg_; }
+  int device() const override { return device_; }
+  const GpuSpec& gpu() const override { return gpu_; }
+  const CacheIdentity& cache_identity() const override { return identity_; }
   void reserve(int64_t max_tokens) override;
   LayerPlan plan_for(int64_t tokens) const override;
   LayerPlan plan_for_heuristic(int64_t tokens) const override { return heuristic_plan(cfg_, tokens, gpu_); }

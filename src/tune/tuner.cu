@@ -27,7 +27,6 @@
 #include "fp4moe/resource_model.h"
 #include "fp4moe/synthetic.h"
 #include "fp4moe/tune.h"
-#include "fp4moe/version.h"
 #include "kernels/common/cuda_check.h"
 #include "runtime/captured_graph.h"
 #include "runtime/device_buffer.h"
@@ -58,17 +57,13 @@ double rel_error_rows(const std::vector<uint16_t>& out, int64_t hidden, const st
 
 }  // namespace
 
-CacheIdentity current_cache_identity() {
-  const CudaEnvironment env = query_cuda_environment();
-  FP4MOE_CHECK(!env.devices.empty(), "tuning: no usable GPU (", env.error, ")");
-  return CacheIdentity{env.devices[0].name, env.devices[0].sm, env.driver_version, FP4MOE_VERSION};
-}
-
 std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, const TuneOptions& opt) {
   const MoeConfig& cfg = layer.config();
-  const CudaEnvironment env = query_cuda_environment();
-  FP4MOE_CHECK(!env.devices.empty(), "tuning: no usable GPU (", env.error, ")");
-  const GpuSpec gpu = env.devices[0];
+  // Everything below (the batch, the stream, the flush buffer) lives on the layer's GPU, and the
+  // resource model judges the candidates for that GPU: on a machine of mixed GPUs, GPU 0 is not
+  // necessarily the one being tuned.
+  const ScopedDevice on_device(layer.device());
+  const GpuSpec& gpu = layer.gpu();
   std::vector<int64_t> buckets = opt.buckets;
   if (buckets.empty())
     for (int64_t b : token_buckets())

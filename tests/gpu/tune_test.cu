@@ -47,7 +47,7 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
     }
     for (const auto& x : r.rejected) std::printf("rejected %s: %s\n", format_tactic(x.tactic).c_str(), x.reason.c_str());
   }
-  const CacheIdentity id = current_cache_identity();
+  const CacheIdentity& id = layer->cache_identity();
   const std::string path = (test::temp_dir() / "tuner_cache.json").string();
   std::filesystem::remove(path);
   auto cache = std::make_shared<TuningCache>(TuningCache::merge_into_file(path, cache_entries(results, id)));
