@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -314,21 +315,33 @@ int run_dist_bench(const DistBenchOptions& o) {
   FP4MOE_CHECK(!o.tokens.empty(), flag, ": no token counts");
   validate_shard(o.config, {o.mode, 0, o.world});
   NcclApi::get();  // a missing NCCL is reported once, before any rank starts
+  // The page is unmapped on every way out (a failed probe or fork throws).
   void* mem = mmap(nullptr, sizeof(SharedPage), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   FP4MOE_CHECK(mem != MAP_FAILED, flag, ": cannot map the ranks' shared page");
+  const std::unique_ptr<void, void (*)(void*)> mapping(mem, [](void* m) { munmap(m, sizeof(SharedPage)); });
   SharedPage* page = new (mem) SharedPage{};
   std::fflush(nullptr);
   probe_devices(page);
   if (page->devices < o.world) {
     const std::string why = page->probe_error[0] ? std::string(" (CUDA: ") + page->probe_error + ")" : "";
-    const int n = page->devices;
-    munmap(mem, sizeof(SharedPage));
-    FP4MOE_FAIL(flag, " ", o.world, " needs ", o.world, " GPUs, this machine has ", n, why);
+    FP4MOE_FAIL(flag, " ", o.world, " needs ", o.world, " GPUs, this machine has ", page->devices, why);
   }
   std::vector<pid_t> pids;
+  // Stops and reaps the ranks started so far: a rank waits in NCCL for the others, for ever.
+  auto stop_ranks = [&pids](pid_t except) {
+    for (pid_t pid : pids)
+      if (pid != except) kill(pid, SIGTERM);
+  };
   for (int r = 0; r < o.world; ++r) {
     const pid_t pid = fork();
-    FP4MOE_CHECK(pid >= 0, flag, ": fork failed for rank ", r);
+    if (pid < 0) {
+      const int err = errno;
+      page->failed.store(1);  // a rank still waiting for rank 0's id gives up
+      stop_ranks(-1);
+      for (pid_t p : pids) waitpid(p, nullptr, 0);
+      FP4MOE_FAIL(flag, ": fork failed for rank ", r, " (", std::strerror(err), "); the ", pids.size(),
+                  " ranks started were stopped");
+    }
     if (pid == 0) {
       setenv("NCCL_NVLS_ENABLE", "0", 1);  // NVLink multicast stays off (shared machines)
       int status = 0;
@@ -351,13 +364,10 @@ int run_dist_bench(const DistBenchOptions& o) {
     const pid_t done = wait(&st);
     if (done < 0) break;
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      if (failed++ == 0)
-        for (pid_t pid : pids)
-          if (pid != done) kill(pid, SIGTERM);
+      if (failed++ == 0) stop_ranks(done);
     }
   }
   page->~SharedPage();
-  munmap(mem, sizeof(SharedPage));
   return failed == 0 ? 0 : 1;
 }
 
