@@ -80,25 +80,29 @@ __device__ __forceinline__ uint16_t to_bf16_bits(float v) {
   return *reinterpret_cast<const uint16_t*>(&b);
 }
 
-// A barrier across all CTAs of a grid whose CTAs are all resident at once (the persistent
-// kernels size their grids so). Called by one thread per CTA after a CTA barrier; the block's
-// writes before that barrier are visible GPU-wide after it. bar[0] counts arrivals, bar[1] is
-// the generation; the last arrival resets the count (zero between launches) and bumps the
-// generation the others wait on.
-__device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned ctas) {
-  unsigned gen;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(gen) : "l"(bar + 1) : "memory");
-  __threadfence();  // release: this CTA's writes, ordered before it by the caller's barrier
-  if (atomicAdd(bar, 1u) == ctas - 1) {
+// Waits until every unit's rows are out, whichever CTAs took them - a barrier that counts units,
+// not CTAs, so it never waits for a CTA that is not resident. A persistent grid sized to what the
+// GPU holds is not sure to be resident whole: another kernel (a second layer on another stream,
+// a communication kernel) can hold some of its places, and a barrier over gridDim.x CTAs then
+// waited for ever for CTAs that could only start once the waiting ones left. Units are drawn from
+// a ticket counter by CTAs that run, so the units counted here all finish; a CTA that starts
+// later finds no unit left and passes at once.
+// Called by one thread per CTA after a CTA (or named) barrier that orders the CTA's row stores
+// before it; `mine` is the number of units this CTA took, `units` the kernel's total. bar[0]
+// counts units out, bar[1] CTAs past; the last CTA past resets both (zero between launches).
+__device__ __forceinline__ void wait_all_units_out(unsigned* bar, unsigned mine, unsigned units, unsigned ctas) {
+  __threadfence();  // release: this CTA's rows, ordered before it by the caller's barrier
+  if (mine) atomicAdd(bar, mine);
+  unsigned out;
+  for (;;) {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(out) : "l"(bar) : "memory");
+    if (out >= units) break;
+    __nanosleep(256);
+  }
+  // Every CTA has read the final count before the last one resets it.
+  if (atomicAdd(bar + 1, 1u) == ctas - 1) {
     bar[0] = 0;
-    __threadfence();
-    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(bar + 1), "r"(gen + 1) : "memory");
-  } else {
-    unsigned now;
-    do {
-      __nanosleep(256);
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(now) : "l"(bar + 1) : "memory");
-    } while (now == gen);
+    bar[1] = 0;
   }
 }
 
@@ -107,7 +111,7 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return uint32_t{to_bf16_bits(lo)} | (uint32_t{to_bf16_bits(hi)} << 16);
 }
 
-// Finalize, phase 2 (every row in rows_out: after a grid barrier, or in the next launch):
+// Finalize, phase 2 (every row in rows_out: after wait_all_units_out, or in the next launch):
 // out[token] = the sum of its slots' rows times their routing weights, in slot order (bitwise
 // reproducible), 8 rows of a token per thread (one 16-byte load a slot; rows is a multiple of
 // 16), spread over the whole grid. The weights are applied here, not in the GEMM's epilogue:

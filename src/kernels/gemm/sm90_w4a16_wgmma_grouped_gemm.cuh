@@ -38,8 +38,8 @@
 //     producer passes each unit, decoded and with its expert's global scales, to the consumers
 //     in a ring beside the stages;
 //   - FC2's finalize is the kernel's second phase: the consumers store their rows (unweighted)
-//     as units complete; once every CTA has passed a grid barrier (all CTAs are resident: the
-//     grid is as many as the GPU holds), the consumers of every CTA sum each token's slots
+//     as units complete; once every unit's rows are out (a count of units, not of CTAs: it holds
+//     whether or not the whole grid is resident), the consumers of every CTA sum each token's slots
 //     in slot order (bitwise reproducible) - a coalesced pass over the rows that keeps every
 //     SM's loads in flight, where per-unit arrival counting would serialize on latency.
 //
@@ -184,7 +184,7 @@ struct WgmmaWidths {
 struct WgmmaUnitEntry {
   w4a16::Unit unit;  // unit.e = -1: the producer is out of units
   float ka, kb;      // the global scales x kDequantEpilogueFactor (FC1: gate, up; FC2: ka)
-  int pad[2];        // 32 B: two aligned vector loads
+  int pad[2];        // 32 B: two aligned vector loads; the last entry: FC2's units taken, in all
 };
 static_assert(sizeof(WgmmaUnitEntry) == 32, "the resource model counts 32 B of unit ring per stage");
 
@@ -384,8 +384,12 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
         if (lane == 0) ticket = atomicAdd(p.unit_ticket, 1);
         return __shfl_sync(0xffffffffu, ticket, 0);
       };
+      // The units this CTA takes, counted in the unit prefix's scratch (free once the prefix is
+      // built) for the finalize's wait: a shared word, not a register across the loop.
+      if (kT.epilogue == Epilogue::kFinalize && lane == 0) warp_sums[0] = 0;
       int u = take_ticket();
       for (; u < *units; u = take_ticket()) {
+        if (kT.epilogue == Epilogue::kFinalize && lane == 0) ++warp_sums[0];
         const w4a16::Unit cu = w4a16::decode_unit_rows_inner(p, prefix, u, kTokens, row_blocks);
         // The expert's global scales, for the consumers' epilogue (lane 0 writes the entry).
         float ka = kDequantEpilogueFactor, kb = kDequantEpilogueFactor;
@@ -439,6 +443,10 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       sm90::mbarrier_wait(&empty[slot], phase ^ 1);
       if (lane == 0) {
         unit_ring[slot].unit.e = -1;
+        if (kT.epilogue == Epilogue::kFinalize) {  // for the finalize's wait: units taken, units in all
+          unit_ring[slot].pad[0] = warp_sums[0];
+          unit_ring[slot].pad[1] = *units;
+        }
         sm90::mbarrier_arrive(&full[slot]);
         if (u == *units + static_cast<int>(gridDim.x) - 1) *p.unit_ticket = 0;
       }
@@ -682,8 +690,12 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
       // ---- finalize, phase 2: every CTA's rows are out; out[token] = sum of its slots' rows ----
       // The consumer warpgroups only (a named barrier: the producer warps have left).
       constexpr int kConsumerThreads = Tr::kConsumers * 128;
+      // The producer's last ring entry (at `slot`: the loop ended on it) carries the units this CTA
+      // took and the kernel's total (read from the ring: pointers to the prefix kept live through
+      // the loop made ptxas spill).
       ptx::named_barrier_sync(1, kConsumerThreads);  // this CTA's rows, before they are released
-      if (tid == 128) w4a16::grid_barrier(p.grid_barrier, gridDim.x);
+      if (tid == 128)
+        w4a16::wait_all_units_out(p.grid_barrier, unit_ring[slot].pad[0], unit_ring[slot].pad[1], gridDim.x);
       ptx::named_barrier_sync(1, kConsumerThreads);
       w4a16::finalize_sum_slots<kConsumerThreads, Tr::kSlotBatch>(p, tid - 128);
     }

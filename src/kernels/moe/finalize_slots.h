@@ -4,7 +4,8 @@
 // run several CTAs per SM, and with programmatic dependent launch some of FC2's CTAs become
 // resident beside FC1's, under FC1's shared-memory carveout, so that not every CTA of FC2's
 // grid is guaranteed a place at once - a grid barrier could wait forever. (The prefill
-// family's FC2, one CTA per SM, keeps its barrier: an SM it waits for only has to drain.)
+// family's FC2 keeps its phase 2: its units come from a ticket counter, drawn only by CTAs that
+// run, so it waits for every unit's rows rather than for every CTA - wait_all_units_out.)
 #pragma once
 
 #include <cuda_runtime.h>
