@@ -149,8 +149,7 @@ void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T,
   row_token_.resize(P * 4);
   row_weight_.resize(P * 4);
   pair_row_.resize(P * 4);
-  counts_.resize((E + 1) * 4);
-  cursors_.resize((E + 1) * 4);
+  chunk_counts_.resize(size_t(kernels::routing_scratch_ints(E)) * 4);
   send_rows_.resize(P * H * 2);
   back_rows_.resize(P * H * 2);
   all_counts_.resize(int64_t{world} * (E + 1) * 4);
@@ -167,8 +166,7 @@ void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T,
   rp.row_token = row_token_.get<int>();
   rp.row_weight = row_weight_.get<float>();
   rp.pair_row = pair_row_.get<int>();
-  rp.counts = counts_.get<int>();
-  rp.cursors = cursors_.get<int>();
+  rp.chunk_counts = chunk_counts_.get<int>();
   if (T == 0) {  // no tokens here, but the exchanges need this rank: zero rows everywhere
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(offsets_.get(), 0, (E + 1) * 4, s));
   } else {

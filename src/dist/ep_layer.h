@@ -56,7 +56,7 @@ class EpMoeLayer {
   std::unique_ptr<GpuMoeLayer> experts_, shared_;
   DeviceBuffer bias_;
   // per call
-  DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, counts_, cursors_;
+  DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, chunk_counts_;
   DeviceBuffer send_rows_, back_rows_, recv_rows_, recv_out_, onehot_, recv_offsets_, all_counts_, ones_, shared_out_;
   std::vector<int> host_counts_;  // [world][E]
   int64_t sent_ = 0, received_ = 0;

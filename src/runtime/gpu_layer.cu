@@ -174,8 +174,8 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   DeviceBuffer w13_, s13_, w2_, s2_, gate_gs_, up_gs_, down_gs_, bias_;
   // workspace
   int64_t cap_tokens_ = 0;
-  DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, counts_,
-      cursors_, act_, partials_, unit_counters_, rows_out_, x_perm_, grid_barrier_,
+  DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, chunk_counts_,
+      act_, partials_, unit_counters_, rows_out_, x_perm_, grid_barrier_,
       unit_tickets_, routing_ready_;
   // clock accounting: [cycles, ns, launches] of FC1, then of FC2 (allocated when first turned on)
   DeviceBuffer clock_counts_;
@@ -370,8 +370,7 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
       {&row_token_, size_t(P * 4), false},
       {&row_weight_, size_t(P * 4), false},
       {&pair_row_, size_t(P * 4), false},
-      {&counts_, size_t(groups_ + 1) * 4, false},
-      {&cursors_, size_t(groups_ + 1) * 4, false},
+      {&chunk_counts_, size_t(kernels::routing_scratch_ints(cfg_.num_experts)) * 4, false},  // the routing's
       {&act_, size_t(P * kernels::fragment_order_pitch(I) * 2), false},
       {&partials_, size_t(partial_floats * 4), false},
       {&unit_counters_, size_t(tiles_bound * row_blocks_bound * 4), true},
@@ -463,8 +462,7 @@ void GpuMoeLayerImpl::enqueue(const uint16_t* hidden, const float* logits, int64
   rp.row_token = row_token_.get<int>();
   rp.row_weight = row_weight_.get<float>();
   rp.pair_row = pair_row_.get<int>();
-  rp.counts = counts_.get<int>();
-  rp.cursors = cursors_.get<int>();
+  rp.chunk_counts = chunk_counts_.get<int>();
   // FC2's tokens (act) in the order its family reads: fragment order with whole 64-element
   // chunks for the prefill family (FC1's epilogue writes the real columns; a partial last chunk
   // scatters them, so the chunk is zeroed first), natural rows of I for the decode family.

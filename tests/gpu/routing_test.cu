@@ -1,6 +1,7 @@
 // GPU routing and permutation against the reference routing, for the single-CTA (T <= 32: the
 // decode steps) and multi-CTA paths, both modes, with and without groups and a shared expert; and the
-// permutation's invariants (offsets, row <-> pair maps are inverse, every pair placed once).
+// permutation's invariants (offsets, row <-> pair maps are inverse, every pair placed once, each
+// expert's rows in token order).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,7 +36,7 @@ TEST_P(GpuRouting, MatchesReferenceAndPermutationIsConsistent) {
   for (int e = 0; e < E; ++e) bias[e] = 0.01f * static_cast<float>((e * 7) % 11) - 0.05f;
   DeviceBuffer dl = test::to_device(logits), db = test::to_device(bias);
   DeviceBuffer ids(T * k * 4), w(T * k * 4), off((E + 2) * 4), rt(P * 4), rw(P * 4), pr(P * 4),
-      counts((E + 1) * 4), cursors((E + 1) * 4);
+      chunk_counts(kernels::routing_scratch_ints(E) * 4);
   for (DeviceBuffer* b : {&ids, &w, &off, &rt, &rw, &pr}) test::poison(*b);
   kernels::RoutingParams p;
   p.logits = dl.get<float>();
@@ -55,8 +56,7 @@ TEST_P(GpuRouting, MatchesReferenceAndPermutationIsConsistent) {
   p.row_token = rt.get<int>();
   p.row_weight = rw.get<float>();
   p.pair_row = pr.get<int>();
-  p.counts = counts.get<int>();
-  p.cursors = cursors.get<int>();
+  p.chunk_counts = chunk_counts.get<int>();
   kernels::launch_routing(p, nullptr);
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -108,6 +108,12 @@ TEST_P(GpuRouting, MatchesReferenceAndPermutationIsConsistent) {
     }
   }
   EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int s) { return s == 1; }));
+  // Deterministic order: each expert's rows are its pairs in token order (a token has one pair
+  // per expert at most), so the rows - and the GEMMs' tiles and stream-K cuts over them - are the
+  // same on every run.
+  for (int e = 0; e < groups; ++e)
+    for (int row = offsets[e] + 1; row < offsets[e + 1]; ++row)
+      ASSERT_LT(row_token[row - 1], row_token[row]) << "expert " << e << ": rows out of token order at row " << row;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -116,6 +122,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 1, true},
         Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 64, true},
         Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 3000, true},
+        Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 20000, true},  // chunks of 157 tokens
+        Case{{RoutingMode::kSigmoidNoAuxTc, 6, 1, 1, true, 1.0f}, 1024, 300, true},  // 32 per lane, multi-CTA
         Case{{RoutingMode::kSigmoidNoAuxTc, 8, 8, 4, true, 2.5f}, 256, 200, false},
         Case{{RoutingMode::kSigmoidNoAuxTc, 8, 8, 4, true, 2.5f}, 256, 700, true},
         Case{{RoutingMode::kSoftmaxTopK, 2, 1, 1, false, 1.0f}, 8, 100, false},

@@ -43,8 +43,17 @@ inline constexpr int kMaxRoutedExperts = 1024;
 // tokens in turn (H200: at T = 64 the single CTA takes 23 us, the two launches 13 us).
 inline constexpr int kSingleCtaRoutingTokens = 32;
 
-// Launches the routing and permutation (1 kernel for T <= kSingleCtaRoutingTokens, else two
-// memsets and 2 kernels). Checks the launch errors; never synchronizes.
+// The multi-CTA path cuts the batch into at most this many chunks of consecutive tokens: one
+// CTA routes a chunk and counts its pairs per group, one CTA places them.
+inline constexpr int kMaxRouteChunks = 128;
+// Ints of RoutingParams::chunk_counts for `experts` routed experts (and a shared expert).
+inline constexpr int routing_scratch_ints(int experts) { return kMaxRouteChunks * (experts + 1); }
+
+// Launches the routing and permutation (1 kernel for T <= kSingleCtaRoutingTokens, else 2
+// kernels). The permutation is deterministic: an expert's rows are its (token, slot) pairs in
+// token order, whatever order the threads ran in (the GEMMs' token tiles, and with them the
+// decode family's stream-K cuts, follow the rows: rows placed by atomic arrival made the output's
+// bits vary between runs). Checks the launch errors; never synchronizes.
 void launch_routing(const RoutingParams& p, cudaStream_t stream);
 
 // The routing's own limits (one warp routes a token: top_k <= 32 lanes, n_group <= 32 lanes,

@@ -21,9 +21,9 @@ struct RoutingParams {
   int* row_token = nullptr;
   float* row_weight = nullptr;
   int* pair_row = nullptr;
-  // scratch for the multi-CTA path: counts [E + 1] and fill cursors [E + 1], zeroed first
-  int* counts = nullptr;
-  int* cursors = nullptr;
+  // scratch for the multi-CTA path: each chunk's count per group, [kMaxRouteChunks][E + 1]
+  // (routing_scratch_ints); written whole by the routing, nothing to zero
+  int* chunk_counts = nullptr;
 };
 
 }  // namespace fp4moe::kernels
