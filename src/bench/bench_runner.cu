@@ -83,8 +83,8 @@ BenchReport run_bench(const BenchOptions& o) {
     std::vector<uint16_t> hb(hidden.size());
     for (size_t i = 0; i < hidden.size(); ++i) hb[i] = Bf16::from_float(hidden[i]).bits;
     DeviceBuffer dh(hb.size() * 2), dl(logits.size() * 4), dout(T * cfg.hidden * 2), dbase(T * cfg.hidden * 2);
-    FP4MOE_CUDA_CHECK(cudaMemcpy(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
-    FP4MOE_CUDA_CHECK(cudaMemcpy(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice, stream));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice, stream));
     LayerPlan plan = layer->plan_for(T);
     if (o.fc1) plan.fc1 = *o.fc1;
     if (o.fc2) plan.fc2 = *o.fc2;

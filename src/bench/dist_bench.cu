@@ -130,8 +130,8 @@ void run_tp_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
     for (size_t i = 0; i < hidden.size(); ++i) hb[i] = Bf16::from_float(hidden[i]).bits;
     const int64_t n = T * cfg.hidden;
     DeviceBuffer dh(hb.size() * 2), dl(logits.size() * 4), dout(n * 2), dsingle(n * 2);
-    FP4MOE_CUDA_CHECK(cudaMemcpy(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
-    FP4MOE_CUDA_CHECK(cudaMemcpy(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice, s));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice, s));
     auto tp_forward = [&](bool with_events) {
       if (with_events)
         layer->forward_with_events(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), s, stage_events);
@@ -243,8 +243,8 @@ void run_ep_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
     const int64_t H = cfg.hidden, E = cfg.num_experts;
     DeviceBuffer dh(std::max<int64_t>(1, T * H * 2)), dl(std::max<int64_t>(1, T * E * 4));
     DeviceBuffer dout(std::max<int64_t>(1, mine * H * 2)), done(std::max<int64_t>(1, T * H * 2));
-    FP4MOE_CUDA_CHECK(cudaMemcpy(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
-    FP4MOE_CUDA_CHECK(cudaMemcpy(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice, s));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice, s));
     const uint16_t* my_hidden = dh.get<uint16_t>() + begin * H;
     const float* my_logits = dl.get<float>() + begin * E;
     // The checked run (output poisoned first).

@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <tuple>
 
 #include "fp4moe/error.h"
 #include "fp4moe/heuristic.h"
@@ -41,7 +42,11 @@ struct KernelLaunchInfo {
 KernelLaunchInfo launch_info(const W4a16Kernel& k, int dynamic_smem) {
   KernelLaunchInfo info;
   info.dynamic_smem = dynamic_smem;
-  // Only ever raise the kernel's limit: another layer (more experts) may need more.
+  // Only ever raise the kernel's limit: another layer (more experts) may need more. The limit is
+  // the process's, not the layer's: read and raised under one lock, or two layers setting it at
+  // once could leave the smaller of their two values.
+  static std::mutex limit_mutex;
+  const std::lock_guard<std::mutex> lock(limit_mutex);
   cudaFuncAttributes attr{};
   FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, k.function));
   if (attr.maxDynamicSharedSizeBytes < info.dynamic_smem) {
@@ -91,16 +96,19 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
     run(hidden, logits, tokens, out, stream, plan, events);
   }
   void set_clock_accounting(bool on) override {
+    const std::lock_guard<std::mutex> lock(call_mutex_);  // forward() reads clock_on_ and the counters
     const ScopedDevice on_device(device_);
     if (on && clock_counts_.bytes() == 0) clock_counts_.resize(6 * sizeof(unsigned long long));
     if (clock_counts_.bytes() > 0) {
       FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());  // no launch still adding to the counters
       FP4MOE_CUDA_CHECK(cudaMemset(clock_counts_.get(), 0, clock_counts_.bytes()));
+      FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());  // zeroed before any stream's next launch
     }
     clock_on_ = on;
   }
   SmClockAccount read_clock_accounting() const override {
     SmClockAccount a;
+    const std::lock_guard<std::mutex> lock(call_mutex_);
     if (clock_counts_.bytes() == 0) return a;
     const ScopedDevice on_device(device_);  // its synchronization waits for the layer's GPU
     unsigned long long c[6];
@@ -190,10 +198,12 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   // One call at a time on the host (the workspace and the fields below), and on the GPU: the
   // workspace is the layer's, so an eager call on another stream than the previous eager call
   // waits for that call's end (call_done_, recorded after each eager call).
-  std::mutex call_mutex_;
+  mutable std::mutex call_mutex_;
   std::optional<OwnedEvent> call_done_;
-  cudaStream_t last_stream_ = nullptr;
   bool called_ = false;
+  // A call was captured since the workspace last grew: the buffers a growth replaces are then
+  // kept (retired_), since a graph may address them; otherwise they are freed.
+  bool captured_ = false;
   CacheIdentity identity_;
   std::vector<std::string> cache_warnings_;
   std::mutex info_mutex_;
@@ -210,7 +220,7 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
   device_ = opt.device;
   FP4MOE_CHECK(gpu_.sm >= 80, "GPU layer: ", gpu_.name, " is sm_", gpu_.sm,
                "; the kernels need sm_80 or newer");
-  FP4MOE_CUDA_CHECK(cudaSetDevice(opt.device));
+  const ScopedDevice on_device(opt.device);  // the caller's device is restored, on a throw too
   call_done_.emplace();
   FP4MOE_CHECK(!cfg_.quantize_activations,
                "GPU layer: W4A4 activation quantization is a reference-only option (the GPU "
@@ -274,6 +284,9 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
   upload(up_gs_, up_gs);
   upload(down_gs_, down_gs);
   upload(bias_, w.correction_bias);
+  // A pageable cudaMemcpy may return before its last DMA (on the legacy stream, which the
+  // caller's non-blocking streams do not wait for) has landed: the layer is whole on return.
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
 
   identity_ = CacheIdentity{gpu_.name, gpu_.sm, env.driver_version, FP4MOE_VERSION};
   if (opt.use_tuning_cache) {
@@ -393,13 +406,17 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   for (const Need& n : needs) {
     if (n.buf->bytes() >= n.bytes) continue;
-    if (n.buf->bytes() > 0) retired_.push_back(std::move(*n.buf));
-    n.buf->resize(n.bytes);
+    // A buffer that grows again grows by half at least: batches growing a token at a time
+    // reallocate a logarithmic number of times, not once per call.
+    const size_t bytes = n.buf->bytes() > 0 ? std::max(n.bytes, n.buf->bytes() + n.buf->bytes() / 2) : n.bytes;
+    if (n.buf->bytes() > 0 && captured_) retired_.push_back(std::move(*n.buf));
+    n.buf->resize(bytes);
     // On the call's stream and waited for: a plain cudaMemset runs on the legacy default stream,
     // which a non-blocking stream's kernels do not wait for.
     if (n.zero) FP4MOE_CUDA_CHECK(cudaMemsetAsync(n.buf->get(), 0, n.buf->bytes(), stream));
   }
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  captured_ = false;  // no graph addresses the new buffers yet
 }
 
 void GpuMoeLayerImpl::reserve(int64_t max_tokens) {
@@ -410,8 +427,26 @@ void GpuMoeLayerImpl::reserve(int64_t max_tokens) {
   // Every buffer at its largest over plan_for()'s plans (cache or heuristic) up to max_tokens:
   // each plan's buffers for max_tokens, since a plan chosen at T <= max_tokens may serve any
   // batch up to the next bucket (a prefill plan's gather buffer, say, at 700 tokens from 512's).
-  for (int64_t t = 1; t < max_tokens; t *= 2) ensure_workspace(max_tokens, plan_for(t), nullptr);
-  ensure_workspace(max_tokens, plan_for(max_tokens), nullptr);
+  // The plans are those of every T up to 64 and then of T in steps of 1/64: a tactic's band of
+  // tokens per expert can be narrower than a factor of two (the 16-token decode tile from 6 to
+  // 10, i.e. T = 257..426 for 256 experts top-6, holds no power of two), and a plan missed here
+  // made a later capture fail for want of workspace. Each kernel's launch facts (shared-memory
+  // limit, occupancy) are set up here too, so that no first use falls inside a capture.
+  std::vector<LayerPlan> plans;
+  auto visit = [&](int64_t t) {
+    const LayerPlan plan = planned(t).first;
+    for (const auto& [tactic, ep, k] : {std::tuple{plan.fc1, Epilogue::kSwiglu, cfg_.hidden},
+                                        std::tuple{plan.fc2, Epilogue::kFinalize, cfg_.intermediate}}) {
+      const W4a16Kernel& kernel = kernel_for(tactic, ep);
+      grid_for(kernel, kernel.dynamic_smem_bytes(smem_shape(t, k)));
+    }
+    if (std::none_of(plans.begin(), plans.end(), [&](const LayerPlan& q) { return q.fc1 == plan.fc1 && q.fc2 == plan.fc2; }))
+      plans.push_back(plan);
+  };
+  for (int64_t t = 1; t < max_tokens; t += std::max<int64_t>(1, t / 64)) visit(t);
+  visit(max_tokens);
+  const OwnedStream s;  // not the legacy stream, which another thread's capture may forbid
+  for (const LayerPlan& plan : plans) ensure_workspace(max_tokens, plan, s);
 }
 
 void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
@@ -422,12 +457,20 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   FP4MOE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   // A captured call is ordered when its graph is launched, by whoever launches it; an eager call
   // on a new stream is ordered here after the previous eager call.
+  // (Always, not only when the handle differs: two threads' cudaStreamPerThread are one handle
+  // and two streams.)
   const bool eager = capture == cudaStreamCaptureStatusNone;
-  if (eager && called_ && stream != last_stream_) FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, *call_done_, 0));
-  enqueue(hidden, logits, tokens, out, stream, plan, events);
+  if (!eager) captured_ = true;
+  if (eager && called_) FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, *call_done_, 0));
+  try {
+    enqueue(hidden, logits, tokens, out, stream, plan, events);
+  } catch (...) {
+    // Part of the call may be enqueued: the next call must still wait for it.
+    if (eager && cudaEventRecord(*call_done_, stream) == cudaSuccess) called_ = true;
+    throw;
+  }
   if (eager) {
     FP4MOE_CUDA_CHECK(cudaEventRecord(*call_done_, stream));
-    last_stream_ = stream;
     called_ = true;
   }
 }
@@ -450,6 +493,10 @@ void GpuMoeLayerImpl::enqueue(const uint16_t* hidden, const float* logits, int64
   const W4a16Kernel& k2 = kernel_for(plan.fc2, Epilogue::kFinalize);
   cudaStream_t s = stream;
   ensure_workspace(tokens, plan, s);
+  // What can refuse the call (a kernel that cannot run at this shape) refuses it before anything
+  // is enqueued.
+  grid_for(k1, k1.dynamic_smem_bytes(smem_shape(tokens, cfg_.hidden)));
+  grid_for(k2, k2.dynamic_smem_bytes(smem_shape(tokens, cfg_.intermediate)));
   if (k1.tactic.family == Family::kW4a16Gemv) {
     FP4MOE_CHECK(tokens <= k1.tactic.tile_tokens, "GPU layer: tactic ", format_tactic(k1.tactic), " takes batches of 1..",
                  k1.tactic.tile_tokens, " tokens, got ", tokens);

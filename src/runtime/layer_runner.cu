@@ -32,11 +32,14 @@ GpuLayerRun run_gpu_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
   run.plan = plan_in ? *plan_in : layer.plan_for(tokens);
   std::vector<uint16_t> hb(hidden.size());
   for (size_t i = 0; i < hidden.size(); ++i) hb[i] = Bf16::from_float(hidden[i]).bits;
-  DeviceBuffer dh(hb.size() * 2), dl(logits.size() * 4), dout(tokens * cfg.hidden * 2);
-  FP4MOE_CUDA_CHECK(cudaMemcpy(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
-  FP4MOE_CUDA_CHECK(cudaMemcpy(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
-  FP4MOE_CUDA_CHECK(cudaMemset(dout.get(), 0xFF, dout.bytes()));  // poison: NaN where unwritten
+  // Inputs and poison on the call's stream: a plain cudaMemcpy's last DMA and a cudaMemset run on
+  // the legacy stream, which a non-blocking stream's kernels do not wait for.
+  const ScopedDevice on_device(layer.device());
   const OwnedStream s;
+  DeviceBuffer dh(hb.size() * 2), dl(logits.size() * 4), dout(tokens * cfg.hidden * 2);
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice, s));
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice, s));
+  FP4MOE_CUDA_CHECK(cudaMemsetAsync(dout.get(), 0xFF, dout.bytes(), s));  // poison: NaN where unwritten
   layer.reserve(tokens);
   layer.forward(dh.get<uint16_t>(), dl.get<float>(), tokens, dout.get<uint16_t>(), s, &run.plan);
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));

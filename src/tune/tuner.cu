@@ -102,8 +102,8 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
     b.hidden.resize(hb.size() * 2);
     b.logits.resize(logits.size() * 4);
     b.out.resize(T * cfg.hidden * 2);
-    FP4MOE_CUDA_CHECK(cudaMemcpy(b.hidden.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
-    FP4MOE_CUDA_CHECK(cudaMemcpy(b.logits.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(b.hidden.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice, s));
+    FP4MOE_CUDA_CHECK(cudaMemcpyAsync(b.logits.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice, s));
     // The routing (from the heuristic plan; every candidate routes the same) and the reference
     // for the first tokens.
     const LayerPlan heuristic = layer.plan_for_heuristic(T);

@@ -9,8 +9,9 @@
 //     whole batch run and every non-finite value counted, sampled tokens against the reference;
 //   - all tokens on one expert, softmax routing, group-limited routing (both also with the
 //     small-batch family's in-kernel routing);
-//   - bitwise identical output across repeated runs, and calls on two streams or from two threads
-//     ordered as if made one after another;
+//   - bitwise identical output across repeated runs, in place (out = hidden), and with calls on
+//     two streams or from two threads (ordered as if made one after another); two layers whose
+//     prefill batches overlap on two streams finish;
 // The reference is given the GPU's own routing (ids and weights), so a near-tie that float32
 // and float64 rank differently cannot fail a GEMM test; routing has its own test.
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <thread>
 
@@ -414,6 +416,25 @@ TEST(GpuLayer, NonFiniteLogitsPoisonTheirTokenOnly) {
 
 // A graph captured at a small batch still replays correctly after a larger batch grew the
 // workspace (a serving loop: decode graphs captured, then a prefill batch run eagerly).
+// out may be hidden itself (in place, as a residual stream would): every kernel that writes out
+// runs after every read of hidden has ended (each launch waits for the one before it), in all
+// three families (T = 1: small batch, 5: decode, 300: prefill on sm_90a).
+TEST(GpuLayer, InPlaceOutputEqualsSeparateOutput) {
+  FP4MOE_REQUIRE_GPU();
+  LayerCase c = make_case(odd_config(), 111);
+  const MoeConfig& cfg = c.weights.config;
+  for (int64_t tokens : {1, 5, 300}) {
+    const Batch in = make_batch(c, tokens, 23);
+    const RunResult want = run_layer(*c.layer, in.hidden, in.logits, tokens, &in.plan);
+    DeviceBuffer dh = test::to_device(test::to_bf16_bits(in.hidden));
+    DeviceBuffer dl = test::to_device(in.logits);
+    c.layer->forward(dh.get<uint16_t>(), dl.get<float>(), tokens, dh.get<uint16_t>(), nullptr, &in.plan);
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(test::to_host<uint16_t>(dh, tokens * cfg.hidden), want.out)
+        << "T=" << tokens << " " << format_tactic(in.plan.fc1) << " / " << format_tactic(in.plan.fc2);
+  }
+}
+
 // Calls share the layer's workspace: a call on a second stream, or from a second thread, must
 // run after the call before it, not beside it. A large batch (prefill family on sm_90a, a few
 // hundred microseconds) on one stream, then at once small batches (the small-batch family,
@@ -471,6 +492,124 @@ TEST(GpuLayer, CallsOnOtherStreamsAndThreadsRunInOrder) {
     FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
     check("two threads");
   }
+  // Two threads on their per-thread default streams: one handle, two streams.
+  for (auto& o : dout) test::poison(o);
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  std::thread other([&] {
+    FP4MOE_CUDA_CHECK(cudaSetDevice(0));
+    for (int i = 1; i < kBatches; i += 2) call(i, cudaStreamPerThread);
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+  });
+  for (int i = 0; i < kBatches; i += 2) call(i, cudaStreamPerThread);
+  other.join();
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  check("per-thread default streams");
+}
+
+// reserve(max) sizes the workspace for every plan up to max, so that any batch up to it can be
+// captured: with 256 experts top-6 the 16-token decode tile serves T = 257..426 (6 to 10 tokens
+// per expert), a band with no power of two in it, which reserve once missed.
+TEST(GpuLayer, ReserveCoversEveryPlanUpToItsSize) {
+  FP4MOE_REQUIRE_GPU();
+  MoeConfig cfg;
+  cfg.name = "bands";
+  cfg.hidden = 512;
+  cfg.intermediate = 1024;  // wide: the decode bands of glm5's experts
+  cfg.num_experts = 256;
+  cfg.routing = RoutingConfig{RoutingMode::kSigmoidNoAuxTc, 6, 1, 1, true, 2.5f};
+  cfg.shared_intermediate = 1024;
+  LayerCase c = make_case(cfg, 131);
+  c.layer->reserve(4096);
+  const OwnedStream s;
+  for (int64_t tokens : {200, 300, 420, 1000, 4096}) {
+    const Batch in = make_batch(c, tokens, 400 + tokens);
+    std::printf("T=%lld: %s / %s\n", static_cast<long long>(tokens), format_tactic(in.plan.fc1).c_str(),
+                format_tactic(in.plan.fc2).c_str());
+    DeviceBuffer dh = test::to_device(test::to_bf16_bits(in.hidden));
+    DeviceBuffer dl = test::to_device(in.logits);
+    DeviceBuffer dout(tokens * cfg.hidden * 2);
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const CapturedGraph graph(s, [&](cudaStream_t st) {
+      c.layer->forward(dh.get<uint16_t>(), dl.get<float>(), tokens, dout.get<uint16_t>(), st);
+    });
+    test::poison(dout);
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    graph.launch(s);
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    const std::vector<uint16_t> got = test::to_host<uint16_t>(dout, tokens * cfg.hidden);
+    const RunResult want = run_layer(*c.layer, in.hidden, in.logits, tokens, &in.plan);
+    const RunResult again = run_layer(*c.layer, in.hidden, in.logits, tokens, &in.plan);
+    auto differing = [&](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+      int64_t n = 0, first = -1, nan = 0;
+      for (size_t i = 0; i < a.size(); ++i)
+        if (a[i] != b[i]) {
+          if (first < 0) first = static_cast<int64_t>(i);
+          ++n;
+          nan += (a[i] & 0x7F80) == 0x7F80;
+        }
+      return std::to_string(n) + " values differ (" + std::to_string(nan) + " NaN), the first at token " +
+             std::to_string(first < 0 ? -1 : first / cfg.hidden) + " column " + std::to_string(first < 0 ? -1 : first % cfg.hidden);
+    };
+    EXPECT_EQ(want.out, again.out) << "T=" << tokens << " eager runs: " << differing(again.out, want.out);
+    EXPECT_EQ(got, want.out) << "T=" << tokens << " graph against eager: " << differing(got, want.out);
+    for (const auto& [what, out] : {std::pair{"eager", want.out}, std::pair{"graph", got}}) {
+      const test::Comparison cmp = check_against_reference(c.weights, in.hidden, tokens, RunResult{out, want.routing});
+      EXPECT_EQ(cmp.non_finite, 0) << "T=" << tokens << " " << what;
+      EXPECT_LT(cmp.rel_frobenius, kTolerance) << "T=" << tokens << " " << what;
+      std::printf("  %s: rel error %.3e against the reference\n", what, cmp.rel_frobenius);
+    }
+  }
+}
+
+// Two layers whose prefill batches overlap on two streams (as layer.h advises for batches that
+// should overlap). The prefill FC2 sums the slots after every unit's rows are out; its grid is
+// as many CTAs as the GPU holds, and beside the other layer's kernels not all of them are
+// resident at once - a barrier that waited for every CTA hung here. Outputs as run alone.
+TEST(GpuLayer, TwoLayersOverlappingOnTwoStreamsFinish) {
+  FP4MOE_REQUIRE_GPU();
+  MoeConfig cfg;
+  cfg.name = "overlap";
+  cfg.hidden = 2048;
+  cfg.intermediate = 1024;
+  cfg.num_experts = 64;
+  cfg.routing = RoutingConfig{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f};
+  cfg.shared_intermediate = 1024;
+  LayerCase layers[2] = {make_case(cfg, 121), make_case(cfg, 122)};
+  const int64_t tokens = 4096;  // 512 tokens per expert: the prefill family on sm_90a
+  std::vector<Batch> in;
+  std::vector<std::vector<uint16_t>> want;
+  std::vector<DeviceBuffer> dh, dl, dout;
+  for (int i = 0; i < 2; ++i) {
+    in.push_back(make_batch(layers[i], tokens, 300 + i));
+    want.push_back(run_layer(*layers[i].layer, in[i].hidden, in[i].logits, tokens, &in[i].plan).out);
+    dh.push_back(test::to_device(test::to_bf16_bits(in[i].hidden)));
+    dl.push_back(test::to_device(in[i].logits));
+    dout.emplace_back(tokens * cfg.hidden * 2);
+    test::poison(dout[i]);
+  }
+  std::printf("plan %s / %s\n", format_tactic(in[0].plan.fc1).c_str(), format_tactic(in[0].plan.fc2).c_str());
+  const OwnedStream streams[2];
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  for (int round = 0; round < 8; ++round)
+    for (int i = 0; i < 2; ++i)
+      layers[i].layer->forward(dh[i].get<uint16_t>(), dl[i].get<float>(), tokens, dout[i].get<uint16_t>(), streams[i],
+                               &in[i].plan);
+  // A hang cannot be recovered from in this process: give it a deadline, then end the process.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (const OwnedStream& s : streams) {
+    cudaError_t e;
+    while ((e = cudaStreamQuery(s)) == cudaErrorNotReady) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "TwoLayersOverlappingOnTwoStreamsFinish: the layers did not finish in 60 s (hang)\n");
+        std::fflush(nullptr);
+        std::_Exit(1);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    FP4MOE_CUDA_CHECK(e);
+  }
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(test::to_host<uint16_t>(dout[i], tokens * cfg.hidden), want[i]) << "layer " << i;
 }
 
 TEST(GpuLayer, GraphsCapturedBeforeTheWorkspaceGrowsStillReplay) {
