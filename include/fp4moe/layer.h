@@ -69,7 +69,8 @@ class GpuMoeLayer {
   virtual const std::vector<std::string>& tuning_warnings() const = 0;
 
   // out [T, H] bf16 = MoE(hidden [T, H] bf16, router logits [T, E] fp32); all pointers are
-  // device memory on the layer's GPU, hidden and out 16-byte aligned. Enqueued on `stream`;
+  // device memory on the layer's GPU, hidden and out 16-byte aligned; out may be hidden itself
+  // (in place: every write of out follows every read of hidden). Enqueued on `stream`;
   // returns without waiting. A token whose logits are not all finite gets a NaN output row (its
   // routing weights are NaN; the other tokens are unaffected).
   // Calls share the layer's workspace, so they run one after another on the GPU: calls from
