@@ -84,6 +84,18 @@ MoeConfig odd_config() {
   return c;
 }
 
+// A sigmoid-routed layer (one group, norm, scale 2.5) with a shared expert as wide as the others.
+MoeConfig sigmoid_config(const char* name, int64_t hidden, int64_t intermediate, int experts, int top_k) {
+  MoeConfig c;
+  c.name = name;
+  c.hidden = hidden;
+  c.intermediate = intermediate;
+  c.num_experts = experts;
+  c.routing = RoutingConfig{RoutingMode::kSigmoidNoAuxTc, top_k, 1, 1, true, 2.5f};
+  c.shared_intermediate = intermediate;
+  return c;
+}
+
 LayerCase make_case(const MoeConfig& cfg, uint64_t seed) {
   LayerCase c;
   SyntheticOptions so;
@@ -442,13 +454,7 @@ TEST(GpuLayer, InPlaceOutputEqualsSeparateOutput) {
 // threads, each on its own stream. Every output equals the output of the same batch run alone.
 TEST(GpuLayer, CallsOnOtherStreamsAndThreadsRunInOrder) {
   FP4MOE_REQUIRE_GPU();
-  MoeConfig cfg;
-  cfg.name = "streams";
-  cfg.hidden = 2048;
-  cfg.intermediate = 768;  // narrow: T <= 3 takes the small-batch family
-  cfg.num_experts = 64;
-  cfg.routing = RoutingConfig{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f};
-  cfg.shared_intermediate = 768;
+  const MoeConfig cfg = sigmoid_config("streams", 2048, 768, 64, 8);  // narrow: T <= 3 takes the small-batch family
   LayerCase c = make_case(cfg, 101);
   const int64_t sizes[] = {4096, 3, 200, 1, 4096, 2};
   constexpr int kBatches = 6;
@@ -511,13 +517,7 @@ TEST(GpuLayer, CallsOnOtherStreamsAndThreadsRunInOrder) {
 // per expert), a band with no power of two in it, which reserve once missed.
 TEST(GpuLayer, ReserveCoversEveryPlanUpToItsSize) {
   FP4MOE_REQUIRE_GPU();
-  MoeConfig cfg;
-  cfg.name = "bands";
-  cfg.hidden = 512;
-  cfg.intermediate = 1024;  // wide: the decode bands of glm5's experts
-  cfg.num_experts = 256;
-  cfg.routing = RoutingConfig{RoutingMode::kSigmoidNoAuxTc, 6, 1, 1, true, 2.5f};
-  cfg.shared_intermediate = 1024;
+  const MoeConfig cfg = sigmoid_config("bands", 512, 1024, 256, 6);  // wide experts: glm5's decode bands
   LayerCase c = make_case(cfg, 131);
   c.layer->reserve(4096);
   const OwnedStream s;
@@ -564,16 +564,11 @@ TEST(GpuLayer, ReserveCoversEveryPlanUpToItsSize) {
 // Two layers whose prefill batches overlap on two streams (as layer.h advises for batches that
 // should overlap). The prefill FC2 sums the slots after every unit's rows are out; its grid is
 // as many CTAs as the GPU holds, and beside the other layer's kernels not all of them are
-// resident at once - a barrier that waited for every CTA hung here. Outputs as run alone.
+// resident at once, and a barrier that waited for every CTA could wait for ever (it did not
+// hang in this test on the H200 before the change either). Outputs as run alone.
 TEST(GpuLayer, TwoLayersOverlappingOnTwoStreamsFinish) {
   FP4MOE_REQUIRE_GPU();
-  MoeConfig cfg;
-  cfg.name = "overlap";
-  cfg.hidden = 2048;
-  cfg.intermediate = 1024;
-  cfg.num_experts = 64;
-  cfg.routing = RoutingConfig{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f};
-  cfg.shared_intermediate = 1024;
+  const MoeConfig cfg = sigmoid_config("overlap", 2048, 1024, 64, 8);
   LayerCase layers[2] = {make_case(cfg, 121), make_case(cfg, 122)};
   const int64_t tokens = 4096;  // 512 tokens per expert: the prefill family on sm_90a
   std::vector<Batch> in;
