@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cmath>
 #include <functional>
@@ -185,6 +186,11 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, chunk_counts_,
       act_, partials_, unit_counters_, rows_out_, x_perm_, grid_barrier_,
       unit_tickets_, routing_ready_;
+  std::array<const DeviceBuffer*, 16> workspace() const {
+    return {&topk_ids_, &topk_w_, &offsets_, &row_token_, &row_weight_, &pair_row_, &chunk_counts_, &act_,
+            &partials_, &unit_counters_, &rows_out_, &x_perm_, &grid_barrier_, &unit_tickets_, &routing_ready_,
+            &clock_counts_};
+  }
   // clock accounting: [cycles, ns, launches] of FC1, then of FC2 (allocated when first turned on)
   DeviceBuffer clock_counts_;
   // Workspace buffers a larger batch replaced: kept until the layer is destroyed, because a CUDA
@@ -201,9 +207,9 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   mutable std::mutex call_mutex_;
   std::optional<OwnedEvent> call_done_;
   bool called_ = false;
-  // A call was captured since the workspace last grew: the buffers a growth replaces are then
-  // kept (retired_), since a graph may address them; otherwise they are freed.
-  bool captured_ = false;
+  // The workspace buffers a captured call addressed: a growth that replaces one keeps it
+  // (retired_), since a graph may still use it; any other buffer a growth replaces is freed.
+  std::vector<const void*> captured_;
   CacheIdentity identity_;
   std::vector<std::string> cache_warnings_;
   std::mutex info_mutex_;
@@ -403,20 +409,29 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
   FP4MOE_CHECK(capture == cudaStreamCaptureStatusNone,
                "GPU layer: the workspace must grow for ", tokens,
                " tokens during CUDA graph capture; call reserve(max_tokens) before capturing");
+  // Buffers are replaced below: the last eager call (on whatever stream) must have ended.
+  if (called_) FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, *call_done_, 0));
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
   for (const Need& n : needs) {
     if (n.buf->bytes() >= n.bytes) continue;
     // A buffer that grows again grows by half at least: batches growing a token at a time
     // reallocate a logarithmic number of times, not once per call.
     const size_t bytes = n.buf->bytes() > 0 ? std::max(n.bytes, n.buf->bytes() + n.buf->bytes() / 2) : n.bytes;
-    if (n.buf->bytes() > 0 && captured_) retired_.push_back(std::move(*n.buf));
-    n.buf->resize(bytes);
+    if (const auto it = std::find(captured_.begin(), captured_.end(), n.buf->get()); it != captured_.end()) {
+      captured_.erase(it);
+      retired_.push_back(std::move(*n.buf));
+    }
+    try {
+      n.buf->resize(bytes);
+    } catch (const Error&) {
+      if (bytes == n.bytes) throw;
+      n.buf->resize(n.bytes);  // the extra half did not fit: the size asked for
+    }
     // On the call's stream and waited for: a plain cudaMemset runs on the legacy default stream,
     // which a non-blocking stream's kernels do not wait for.
     if (n.zero) FP4MOE_CUDA_CHECK(cudaMemsetAsync(n.buf->get(), 0, n.buf->bytes(), stream));
   }
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  captured_ = false;  // no graph addresses the new buffers yet
 }
 
 void GpuMoeLayerImpl::reserve(int64_t max_tokens) {
@@ -460,15 +475,20 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   // (Always, not only when the handle differs: two threads' cudaStreamPerThread are one handle
   // and two streams.)
   const bool eager = capture == cudaStreamCaptureStatusNone;
-  if (!eager) captured_ = true;
   if (eager && called_) FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, *call_done_, 0));
   try {
     enqueue(hidden, logits, tokens, out, stream, plan, events);
   } catch (...) {
     // Part of the call may be enqueued: the next call must still wait for it.
-    if (eager && cudaEventRecord(*call_done_, stream) == cudaSuccess) called_ = true;
+    if (eager) {
+      if (cudaEventRecord(*call_done_, stream) == cudaSuccess) called_ = true;
+      else (void)cudaGetLastError();  // the error thrown is the one to report
+    }
     throw;
   }
+  if (!eager)  // the graph addresses the workspace as it is now
+    for (const DeviceBuffer* b : workspace())
+      if (b->get() && std::find(captured_.begin(), captured_.end(), b->get()) == captured_.end()) captured_.push_back(b->get());
   if (eager) {
     FP4MOE_CUDA_CHECK(cudaEventRecord(*call_done_, stream));
     called_ = true;

@@ -633,5 +633,43 @@ TEST(GpuLayer, GraphsCapturedBeforeTheWorkspaceGrowsStillReplay) {
   FP4MOE_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+// The same when the growths come under plans of other families: a graph of a prefill batch
+// (its gather buffer, which decode plans do not use), then an eager decode-plan batch that grows
+// the rest but not that buffer, then an eager prefill batch that grows it - the buffer the graph
+// addresses must still be there (one flag for the whole workspace once freed it here: the
+// output stayed right, compute-sanitizer memcheck reported the graph's writes to the freed
+// buffer; scripts/gpu_check.sh runs this test under memcheck).
+TEST(GpuLayer, GraphsSurviveGrowthsUnderOtherPlans) {
+  FP4MOE_REQUIRE_GPU();
+  LayerCase c = make_case(odd_config(), 93);
+  const MoeConfig& cfg = c.weights.config;
+  const int64_t graphed = 300;  // 75 tokens per expert: the prefill family on sm_90a
+  const Batch in = make_batch(c, graphed, 29);
+  const RunResult want = run_layer(*c.layer, in.hidden, in.logits, graphed, &in.plan);
+  DeviceBuffer dh = test::to_device(test::to_bf16_bits(in.hidden));
+  DeviceBuffer dl = test::to_device(in.logits);
+  DeviceBuffer dout(graphed * cfg.hidden * 2);
+  const OwnedStream s;
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const CapturedGraph graph(s, [&](cudaStream_t st) {
+    c.layer->forward(dh.get<uint16_t>(), dl.get<float>(), graphed, dout.get<uint16_t>(), st, &in.plan);
+  });
+  Batch decode = make_batch(c, 3000, 31);
+  for (const Tactic& t : tactics_of(Epilogue::kSwiglu))
+    if (t.family == Family::kW4a16Mma) decode.plan.fc1 = t;
+  for (const Tactic& t : tactics_of(Epilogue::kFinalize))
+    if (t.family == Family::kW4a16Mma) decode.plan.fc2 = t;
+  run_layer(*c.layer, decode.hidden, decode.logits, 3000, &decode.plan);  // grows all but the gather buffer
+  const Batch prefill = make_batch(c, 6000, 37);
+  run_layer(*c.layer, prefill.hidden, prefill.logits, 6000, &prefill.plan);  // grows the gather buffer
+  for (int rep = 0; rep < 2; ++rep) {
+    test::poison(dout);
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    graph.launch(s);
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    EXPECT_EQ(test::to_host<uint16_t>(dout, graphed * cfg.hidden), want.out) << "replay " << rep;
+  }
+}
+
 }  // namespace
 }  // namespace fp4moe

@@ -99,8 +99,9 @@ __device__ __forceinline__ void wait_all_units_out(unsigned* bar, unsigned mine,
     if (out >= units) break;
     __nanosleep(256);
   }
-  // Every CTA has read the final count before the last one resets it.
-  if (atomicAdd(bar + 1, 1u) == ctas - 1) {
+  // Every CTA has read the final count before the last one resets it (acq_rel: the reset stores
+  // are ordered after the other CTAs' reads, not only by the branch).
+  if (static_cast<unsigned>(ptx::atomic_add_acq_rel_gpu(reinterpret_cast<int*>(bar + 1), 1)) == ctas - 1) {
     bar[0] = 0;
     bar[1] = 0;
   }

@@ -687,7 +687,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32,
     }
 
     if constexpr (kT.epilogue == Epilogue::kFinalize) {
-      // ---- finalize, phase 2: every CTA's rows are out; out[token] = sum of its slots' rows ----
+      // ---- finalize, phase 2: every unit's rows are out; out[token] = sum of its slots' rows ----
       // The consumer warpgroups only (a named barrier: the producer warps have left).
       constexpr int kConsumerThreads = Tr::kConsumers * 128;
       // The producer's last ring entry (at `slot`: the loop ended on it) carries the units this CTA

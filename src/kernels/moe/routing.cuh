@@ -7,9 +7,9 @@
 //   expert_offsets [E + 2]                     rows [offsets[e], offsets[e+1]) belong to group e
 //   row_token [P], row_weight [P]              permuted row -> token, routing weight
 //   pair_row [T][slots]                        (token, slot) -> permuted row
-// Rows inside one expert's range are in arrival order (atomics): which position a pair takes
-// does not change any output bit, because every row of a GEMM tile is computed on its own
-// and the finalize sums each token's slots in slot order.
+// Rows inside one expert's range are its pairs in token order, on every run: the row a pair
+// takes decides its token tile, and the decode family's stream-K cuts differ between tiles, so
+// rows in atomic arrival order changed output bits from run to run.
 #pragma once
 
 #include <cuda_runtime.h>
