@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 
 #include "fp4moe/error.h"
 #include "fp4moe/heuristic.h"
@@ -186,10 +187,11 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, chunk_counts_,
       act_, partials_, unit_counters_, rows_out_, x_perm_, grid_barrier_,
       unit_tickets_, routing_ready_;
-  std::array<const DeviceBuffer*, 16> workspace() const {
+  // The buffers above, which ensure_workspace sizes (its list of needs has the same length).
+  static constexpr size_t kWorkspaceBuffers = 15;
+  std::array<const DeviceBuffer*, kWorkspaceBuffers> workspace() const {
     return {&topk_ids_, &topk_w_, &offsets_, &row_token_, &row_weight_, &pair_row_, &chunk_counts_, &act_,
-            &partials_, &unit_counters_, &rows_out_, &x_perm_, &grid_barrier_, &unit_tickets_, &routing_ready_,
-            &clock_counts_};
+            &partials_, &unit_counters_, &rows_out_, &x_perm_, &grid_barrier_, &unit_tickets_, &routing_ready_};
   }
   // clock accounting: [cycles, ns, launches] of FC1, then of FC2 (allocated when first turned on)
   DeviceBuffer clock_counts_;
@@ -202,8 +204,8 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   mutable std::mutex cache_mutex_;  // cache_ may be replaced while another thread plans
   std::shared_ptr<const TuningCache> cache_;
   // One call at a time on the host (the workspace and the fields below), and on the GPU: the
-  // workspace is the layer's, so an eager call on another stream than the previous eager call
-  // waits for that call's end (call_done_, recorded after each eager call).
+  // workspace is the layer's, so each eager call waits for the previous eager call's end
+  // (call_done_, recorded after each), whatever stream either was on.
   mutable std::mutex call_mutex_;
   std::optional<OwnedEvent> call_done_;
   bool called_ = false;
@@ -401,6 +403,7 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
       {&x_perm_, plan.fc1.family == Family::kW4a16Wgmma ? size_t(P * kernels::fragment_order_pitch(H) * 2) : size_t{0},
        false},
   };
+  static_assert(std::extent_v<decltype(needs)> == kWorkspaceBuffers, "workspace() lists every buffer sized here");
   bool grow = false;
   for (const Need& n : needs) grow |= n.buf->bytes() < n.bytes;
   if (!grow) return;
@@ -471,9 +474,8 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   FP4MOE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   // A captured call is ordered when its graph is launched, by whoever launches it; an eager call
-  // on a new stream is ordered here after the previous eager call.
-  // (Always, not only when the handle differs: two threads' cudaStreamPerThread are one handle
-  // and two streams.)
+  // is ordered here after the previous eager call - always, not only when the stream handle
+  // differs: two threads' cudaStreamPerThread are one handle and two streams.
   const bool eager = capture == cudaStreamCaptureStatusNone;
   if (eager && called_) FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, *call_done_, 0));
   try {

@@ -101,8 +101,8 @@ __global__ void __launch_bounds__(single_cta_threads<kPerLane>(), 1) route_permu
     const int e = local_ids[pair];
     int rank = 0;
     for (int t = 0; t < tok; ++t) rank += (chose[t][e >> 5] >> (e & 31)) & 1;
-    // (top-k chooses distinct experts; were an id repeated in a token, its later slots would
-    // follow the earlier ones instead of sharing their row)
+    // (top-k chooses distinct experts, on which the masks rely; an id repeated within this
+    // token would still take its own row, after the earlier slots)
     for (int j = 0; j < slot; ++j) rank += local_ids[tok * k + j] == e;
     const int row = offsets[e] + rank;
     p.row_token[row] = tok;
