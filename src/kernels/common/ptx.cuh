@@ -51,6 +51,21 @@ __device__ __forceinline__ int atomic_add_acq_rel_gpu(int* p, int v) {
   return old;
 }
 
+// ld.acquire.gpu.global.s32: a load that acquires what was released to the same address (a
+// counter another CTA raised after its stores).
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// red.release.gpu.global.add.s32: adds without returning (the issuing thread does not wait for
+// the round trip); releases this thread's (and, through a preceding CTA or named barrier, its
+// CTA's) writes to whoever acquires the counter.
+__device__ __forceinline__ void red_release_gpu_add(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
 __device__ __forceinline__ uint4 ld_shared_v4(const void* p) {
   uint4 v;
   const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));

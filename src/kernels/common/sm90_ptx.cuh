@@ -42,6 +42,12 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
+// Orders this thread's later async-proxy accesses (bulk copies) after the generic-proxy writes
+// it has observed: global data that other CTAs stored and released, read by the copy engine.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 // ---- bulk copies, global -> shared, completing on an mbarrier -------------------------------
 // cp.async.bulk: `bytes` (a multiple of 16, both addresses 16-byte aligned) as one transfer.
 __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
