@@ -1,7 +1,8 @@
 // fp4moe/resource_model.h - what a tactic asks of a GPU, in bytes, and whether it fits.
 //
 // Two profiles:
-//   (a) our own families (w4a16_mma, w4a16_wgmma, w4a16_gemv): the exact dynamic shared memory the kernel requests
+//   (a) our own families (w4a16_mma, w4a16_wgmma, w4a16_gemv, w4a16_fused): the exact dynamic shared memory the
+//       kernel requests
 //       (a GPU test checks the model against the compiled kernels);
 //   (b) CUTLASS's block-scaled grouped GEMM as the TensorRT-LLM / FlashInfer fused-MoE path
 //       instantiates it on sm_120 and sm_100 (families cutlass_sm120 / cutlass_sm100): the
@@ -59,7 +60,8 @@ struct ModelOptions {
   int experts = 257;  // groups of the grouped GEMM (the scheduler state of w4a16_mma)
   // w4a16_gemv stages its whole batch: the batch's tokens (at most the tile's 8), the GEMM's K
   // (FC1: hidden, FC2: intermediate) and the slots per token (top-k, +1 with a shared expert).
-  // Defaults: glm5 FC1 at the largest batch.
+  // Defaults: glm5 FC1 at the largest batch. (w4a16_fused routes the batch in shared memory:
+  // its request depends on the groups and the slots, not on the batch or K.)
   int tokens = 8;
   int k = 6144;
   int slots = 9;
@@ -72,8 +74,8 @@ struct ModelOptions {
 ResourceReport model_resources(const Tactic& t, const GpuSpec& gpu, DataType dtype,
                                const ModelOptions& opt = {});
 
-// The tactics `fp4moe tactics` lists for a family: w4a16_mma, w4a16_wgmma, w4a16_gemv - the
-// compiled instantiation list;
+// The tactics `fp4moe tactics` lists for a family: w4a16_mma, w4a16_wgmma, w4a16_gemv, w4a16_fused
+// - the compiled instantiation list;
 // cutlass_sm120 - the TRT-LLM / FlashInfer sm_120 tile list (128x{32,64,128}x{128,256},
 // 128x256x128, 256x128x128) x swap-AB; cutlass_sm100 - its sm_100 FP4 list (128x{64,128,256}x256,
 // and the sm_120 tiles for comparison). Stages "auto" for the CUTLASS families.
@@ -91,8 +93,8 @@ struct CompiledKernelInfo {
 };
 std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, const ModelOptions& opt = {});
 
-// The tactics of our families (w4a16_mma, w4a16_wgmma, w4a16_gemv) compiled into this build (mirrors
-// src/kernels/inst; a GPU test checks the two lists agree).
+// The tactics of our families (w4a16_mma, w4a16_wgmma, w4a16_gemv, w4a16_fused) compiled into this
+// build (mirrors src/kernels/inst; a GPU test checks the two lists agree).
 std::vector<Tactic> compiled_w4a16_tactics();
 
 }  // namespace fp4moe

@@ -21,6 +21,7 @@ enum class Family : int {
   kCutlassSm120 = 2,  // CUTLASS block-scaled grouped GEMM, sm_120 (resource model profile b)
   kCutlassSm100 = 3,  // CUTLASS block-scaled grouped GEMM, sm_100 (resource model profile b)
   kW4a16Gemv = 4,   // ours: a whole batch of <= 8 tokens as the MMA's N, routing and slot sum fused (sm_80+)
+  kW4a16Fused = 5,  // ours: the whole layer of <= 8 tokens in one persistent launch, work drawn as it runs (sm_90+)
 };
 
 enum class Epilogue : int {
@@ -68,6 +69,11 @@ constexpr Tactic decode_tactic(unsigned long long c) {
                 static_cast<Epilogue>((c >> 1) & 0x7),
                 (c & 1) != 0};
 }
+
+// Families whose tactic runs both GEMMs of the layer together, so that a plan names the same shape
+// for FC1 (epilogue swiglu) and FC2 (finalize): w4a16_gemv (FC1 routes in every CTA, FC2 reads
+// its [token][slot] rows) and w4a16_fused (one launch for the whole layer).
+constexpr bool runs_gemms_together(Family f) { return f == Family::kW4a16Gemv || f == Family::kW4a16Fused; }
 
 const char* to_string(Family f);
 const char* to_string(Epilogue e);

@@ -25,13 +25,16 @@ struct TacticsArgs {
 
 std::vector<Family> families(const std::string& f) {
   if (f == "all")
-    return {Family::kW4a16Mma, Family::kW4a16Wgmma, Family::kW4a16Gemv, Family::kCutlassSm120, Family::kCutlassSm100};
+    return {Family::kW4a16Mma, Family::kW4a16Wgmma, Family::kW4a16Gemv, Family::kW4a16Fused, Family::kCutlassSm120,
+            Family::kCutlassSm100};
   if (f == "w4a16_mma") return {Family::kW4a16Mma};
   if (f == "w4a16_wgmma") return {Family::kW4a16Wgmma};
   if (f == "w4a16_gemv") return {Family::kW4a16Gemv};
+  if (f == "w4a16_fused") return {Family::kW4a16Fused};
   if (f == "cutlass_sm120") return {Family::kCutlassSm120};
   if (f == "cutlass_sm100") return {Family::kCutlassSm100};
-  FP4MOE_FAIL("--family '", f, "': expected w4a16_mma, w4a16_wgmma, w4a16_gemv, cutlass_sm120, cutlass_sm100 or all");
+  FP4MOE_FAIL("--family '", f,
+              "': expected w4a16_mma, w4a16_wgmma, w4a16_gemv, w4a16_fused, cutlass_sm120, cutlass_sm100 or all");
 }
 
 Epilogue epilogue_of(const std::string& e) {
@@ -75,6 +78,8 @@ void run_tactics(const TacticsArgs& a) {
     std::vector<Epilogue> eps = {ep};
     if ((f == Family::kW4a16Mma || f == Family::kW4a16Gemv) && ep == Epilogue::kFinalize)
       eps = {Epilogue::kSwiglu, Epilogue::kFinalize};
+    // One w4a16_fused kernel is the whole layer: listed once, under FC1's name.
+    if (f == Family::kW4a16Fused) eps = {Epilogue::kSwiglu};
     if (!a.json) {
       std::printf("%-56s %8s %6s %8s %8s %8s %8s  %-8s %s\n", "tactic", "B/stage", "stages", "epilogue",
                   "kernel", "total", "limit", "verdict", "reason");
@@ -132,7 +137,8 @@ void register_tactics(CLI::App& app) {
   auto a = std::make_shared<TacticsArgs>();
   auto* cmd = app.add_subcommand("tactics", "Shared-memory model of each tactic on a GPU: fits or not, and why");
   cmd->add_option("--gpu", a->gpu, "GPU: a table name (h100, h200, b200, rtx-pro-6000, rtx-5090, gb10) or current[:N]");
-  cmd->add_option("--family", a->family, "w4a16_mma, w4a16_wgmma, w4a16_gemv, cutlass_sm120, cutlass_sm100, or all");
+  cmd->add_option("--family", a->family,
+                  "w4a16_mma, w4a16_wgmma, w4a16_gemv, w4a16_fused, cutlass_sm120, cutlass_sm100, or all");
   cmd->add_option("--epilogue", a->epilogue, "finalize, none or swiglu");
   cmd->add_option("--dtype", a->dtype, "Operand type: nvfp4, mxfp4, bf16")->check(CLI::IsMember({"nvfp4", "mxfp4", "bf16"}));
   cmd->add_option("--experts", a->experts, "Groups of the grouped GEMM (w4a16_mma scheduler state)")->check(CLI::Range(1, 1025));

@@ -6,6 +6,8 @@
 #include <tuple>
 
 #include "fp4moe/error.h"
+#include "kernels/gemm/fused_params.h"
+#include "kernels/gemm/fused_shapes.h"
 #include "kernels/gemm/gemv_shapes.h"
 #include "kernels/gemm/mma_shapes.h"
 #include "kernels/gemm/wgmma_shapes.h"
@@ -191,6 +193,67 @@ ResourceReport model_w4a16_gemv(const Tactic& t, const GpuSpec& gpu, DataType dt
   return r;
 }
 
+// w4a16_fused (src/kernels/gemm/sm90_w4a16_fused_layer.cuh): the kernel's own layout function
+// (kernels/gemm/fused_params.h, fused_smem_layout), item by item. The stages are one K group of
+// an item's rows each; the rest is the pipeline's barriers, the item ring and the batch's routing
+// (every CTA routes the batch, up to 8 tokens), which depend on the groups and the slots.
+ResourceReport model_w4a16_fused(const Tactic& t, const GpuSpec& gpu, DataType dtype, const ModelOptions& o) {
+  ResourceReport r = w4a16_report("w4a16_fused", t, gpu, dtype, gpu.sm >= 90,
+                                  "w4a16_fused needs the bulk copy engine and mbarrier transaction counts (sm_90+); " +
+                                      gpu.arch_name() + " has none (the w4a16_mma family runs there)");
+  if (!r.supported) return r;
+  const kernels::W4a16SmemShape shape{o.experts, o.tokens, o.k, o.slots};
+  const kernels::FusedSmemLayout l = kernels::fused_smem_layout(t.tile_rows, t.stages, shape);
+  const int64_t rows = t.tile_rows, row_tiles = rows / 16;
+  const int pairs = kernels::kFusedTokens * o.slots;
+  const int active = kernels::fused_max_active(o.experts, kernels::kFusedTokens, o.slots);
+  r.stage_items = {
+      {"weights: " + std::to_string(rows) + " rows x 256 K x 1/2 B (e2m1), one K group", row_tiles * 2048},
+      {"block scales: " + std::to_string(row_tiles) + " row tiles x 256 B (UE5M3)", row_tiles * 256},
+      {"B: 8 token rows x (256 K x 2 B + 16 B bank offset)", int64_t{kernels::kFusedTokens} * kernels::kFusedTokenPitch},
+  };
+  r.stage_bytes = l.stage_bytes;
+  r.builder_stage_bytes = r.stage_bytes;
+  r.stages = t.stages;
+  r.mainloop_bytes = int64_t{t.stages} * l.stage_bytes;
+  r.other_items = {
+      {"mbarriers: full + empty per stage, full + empty + stored per item slot, the routing's two, 8 B each (" +
+           std::to_string(kernels::fused_barrier_count(t.stages)) + "), 16-B aligned",
+       l.items - l.barriers},
+      {"item ring: " + std::to_string(kernels::kFusedItemSlots) + " entries x " + std::to_string(kernels::kFusedItemBytes) +
+           " B",
+       l.flag - l.items},
+      {"the active-group count", l.pair_ids - l.flag},
+      {"routing: group of each (token, slot), 4 B x 8 x " + std::to_string(o.slots), l.pair_w - l.pair_ids},
+      {"routing: weight of each (token, slot), 4 B x " + std::to_string(pairs), l.pair_a - l.pair_w},
+      {"routing: active index of each (token, slot), 4 B x " + std::to_string(pairs), l.bitmap - l.pair_a},
+      {"active groups: bitmap of " + std::to_string(o.experts) + " groups", l.active - l.bitmap},
+      {"active groups: list, 4 B x " + std::to_string(active), l.col_slot - l.active},
+      {"slot of each (active group, column), 1 B x 8 x " + std::to_string(active), l.total - l.col_slot},
+  };
+  r.kernel_bytes = l.total - r.mainloop_bytes;
+  r.epilogue_bytes = 0;  // the epilogues write global memory (act, partial tiles, the output)
+  r.total_bytes = l.total;
+  // The in-kernel routing holds 8 experts a lane: 256 routed experts (+ a shared one) at most.
+  const bool experts_ok = o.experts <= kernels::kFusedMaxRoutedExperts + 1;
+  const bool batch_ok = o.tokens >= 1 && o.tokens <= kernels::kFusedTokens;
+  r.fits = experts_ok && batch_ok && r.stages >= 2 && r.total_bytes <= r.limit_bytes;
+  std::ostringstream why;
+  if (!experts_ok) {
+    why << o.experts << " groups; the in-kernel routing takes " << kernels::kFusedMaxRoutedExperts
+        << " routed experts (+ a shared one) at most";
+  } else if (!batch_ok) {
+    why << "a batch of " << o.tokens << " tokens; the family takes 1.." << kernels::kFusedTokens;
+  } else {
+    why << r.stages << " x " << r.stage_bytes << " (stage) + " << r.kernel_bytes
+        << " (barriers, item ring, routing) = " << r.total_bytes << (r.fits ? " <= " : " > ") << r.limit_bytes
+        << (r.fits ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B");
+  }
+  r.reason = why.str();
+  r.ctas_per_sm = ctas_per_sm(r, gpu);
+  return r;
+}
+
 }  // namespace
 
 const char* to_string(DataType d) {
@@ -218,6 +281,7 @@ ResourceReport model_resources(const Tactic& t, const GpuSpec& gpu, DataType dty
     case Family::kCutlassSm100: return model_cutlass_sm100(t, gpu, dtype, opt);
     case Family::kW4a16Wgmma: return model_w4a16_wgmma(t, gpu, dtype, opt);
     case Family::kW4a16Gemv: return model_w4a16_gemv(t, gpu, dtype, opt);
+    case Family::kW4a16Fused: return model_w4a16_fused(t, gpu, dtype, opt);
   }
   FP4MOE_FAIL("resource model: unknown family");
 }
@@ -233,12 +297,13 @@ std::vector<Tactic> compiled_w4a16_tactics() {
   add(kernels::kMmaShapesNone, Epilogue::kNone);
   for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize}) add(kernels::kWgmmaShapes, ep);
   for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize}) add(kernels::kGemvShapes, ep);
+  for (Epilogue ep : {Epilogue::kSwiglu, Epilogue::kFinalize}) add(kernels::kFusedShapes, ep);
   return v;
 }
 
 std::vector<Tactic> listed_tactics(Family f, Epilogue e) {
   std::vector<Tactic> v;
-  if (f == Family::kW4a16Mma || f == Family::kW4a16Wgmma || f == Family::kW4a16Gemv) {
+  if (f == Family::kW4a16Mma || f == Family::kW4a16Wgmma || f == Family::kW4a16Gemv || f == Family::kW4a16Fused) {
     for (const Tactic& t : compiled_w4a16_tactics())
       if (t.family == f && t.epilogue == e) v.push_back(t);
     return v;

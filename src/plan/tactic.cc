@@ -15,7 +15,8 @@ constexpr FamilyName kFamilies[] = {{Family::kW4a16Mma, "w4a16_mma"},
                                     {Family::kW4a16Wgmma, "w4a16_wgmma"},
                                     {Family::kCutlassSm120, "cutlass_sm120"},
                                     {Family::kCutlassSm100, "cutlass_sm100"},
-                                    {Family::kW4a16Gemv, "w4a16_gemv"}};
+                                    {Family::kW4a16Gemv, "w4a16_gemv"},
+                                    {Family::kW4a16Fused, "w4a16_fused"}};
 struct EpilogueName { Epilogue e; const char* name; };
 constexpr EpilogueName kEpilogues[] = {
     {Epilogue::kNone, "none"}, {Epilogue::kSwiglu, "swiglu"}, {Epilogue::kFinalize, "finalize"}};

@@ -9,7 +9,8 @@
 namespace fp4moe {
 
 std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, const ModelOptions& opt) {
-  if (t.family != Family::kW4a16Mma && t.family != Family::kW4a16Wgmma && t.family != Family::kW4a16Gemv)
+  if (t.family != Family::kW4a16Mma && t.family != Family::kW4a16Wgmma && t.family != Family::kW4a16Gemv &&
+      t.family != Family::kW4a16Fused)
     return std::nullopt;
   const kernels::W4a16Kernel* k = kernels::find_w4a16_kernel(t);
   if (!k || query_cuda_environment().devices.empty()) return std::nullopt;

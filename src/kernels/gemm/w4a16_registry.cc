@@ -11,6 +11,7 @@ std::span<const W4a16Kernel> w4a16_kernels() {
     for (auto& k : w4a16_wgmma_finalize_kernels()) v.push_back(k);
     for (auto& k : w4a16_gemv_swiglu_kernels()) v.push_back(k);
     for (auto& k : w4a16_gemv_finalize_kernels()) v.push_back(k);
+    for (auto& k : w4a16_fused_kernels()) v.push_back(k);
     return v;
   }();
   return all;

@@ -1,7 +1,6 @@
 // The table of compiled grouped-GEMM kernels of our families (w4a16_mma, w4a16_wgmma,
-// w4a16_gemv): each
-// tactic maps to its launch function. Dispatch, the tuner and the resource-model test all go
-// through this table (no macro dispatch).
+// w4a16_gemv, w4a16_fused): each tactic maps to its launch function. Dispatch, the tuner and the
+// resource-model test all go through this table (no macro dispatch).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,6 +13,8 @@
 
 namespace fp4moe::kernels {
 
+struct W4a16FusedParams;  // kernels/gemm/fused_params.h
+
 struct W4a16Kernel {
   Tactic tactic;
   const void* function;                          // the __global__ function
@@ -25,6 +26,9 @@ struct W4a16Kernel {
   // pdl: launch as a programmatic dependent of the previous kernel on the stream (sm_90+).
   void (*launch)(const W4a16GemmParams& p, int grid, int dynamic_smem, bool pdl,
                  cudaStream_t stream);
+  // w4a16_fused: the whole layer in one launch (no programmatic dependency: it is the layer's only
+  // kernel); nullptr for the GEMM families, whose `launch` is nullptr here.
+  void (*launch_fused)(const W4a16FusedParams& p, int grid, int dynamic_smem, cudaStream_t stream) = nullptr;
 };
 
 // Every instantiated kernel (src/kernels/inst/*.cu).
@@ -40,5 +44,6 @@ std::vector<W4a16Kernel> w4a16_wgmma_swiglu_kernels();    // sm_90a only
 std::vector<W4a16Kernel> w4a16_wgmma_finalize_kernels();  // sm_90a only
 std::vector<W4a16Kernel> w4a16_gemv_swiglu_kernels();
 std::vector<W4a16Kernel> w4a16_gemv_finalize_kernels();
+std::vector<W4a16Kernel> w4a16_fused_kernels();  // both epilogues' entries; runs on sm_90+
 
 }  // namespace fp4moe::kernels
