@@ -1,13 +1,16 @@
 // GpuMoeLayer: device weights (prepacked), workspace, and the forward pass
 //   routing + permutation  ->  FC1 (gather, SwiGLU)  ->  FC2 (finalize)
 // as 3 to 6 launches (the multi-CTA routing is two, the prefill family gathers FC1's rows first,
-// the decode family finalizes in a launch of its own), none of which waits for the host.
+// the decode family finalizes in a launch of its own), 2 for the small-batch family and 1 for the
+// fused family, none of which waits for the host.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -22,6 +25,7 @@
 #include "fp4moe/version.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/fragment_order.h"
+#include "kernels/gemm/fused_params.h"
 #include "kernels/gemm/w4a16_registry.h"
 #include "kernels/moe/finalize_slots.h"
 #include "kernels/moe/gather_rows.h"
@@ -65,6 +69,18 @@ KernelLaunchInfo launch_info(const W4a16Kernel& k, int dynamic_smem) {
   FP4MOE_CHECK(info.ctas_per_sm > 0, "tactic ", format_tactic(k.tactic),
                " cannot run on this GPU (", info.dynamic_smem, " B of shared memory)");
   return info;
+}
+
+// A plan whose family runs both GEMMs together (runs_gemms_together) names it for both GEMMs -
+// the fused family the same shape for both, its one kernel.
+bool plan_pairs_gemms(const LayerPlan& plan) {
+  const bool together = runs_gemms_together(plan.fc1.family);
+  if (together != runs_gemms_together(plan.fc2.family)) return false;
+  if (!together) return true;
+  if (plan.fc1.family != plan.fc2.family) return false;
+  Tactic fc1_as_fc2 = plan.fc1;
+  fc1_as_fc2.epilogue = plan.fc2.epilogue;
+  return plan.fc1.family != Family::kW4a16Fused || fc1_as_fc2 == plan.fc2;
 }
 
 class GpuMoeLayerImpl final : public GpuMoeLayer {
@@ -141,6 +157,14 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   void ensure_workspace(int64_t tokens, const LayerPlan& plan, cudaStream_t stream);
   void run_gemv(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out, cudaStream_t s,
                 const W4a16Kernel& k1, const W4a16Kernel& k2, const std::function<void(int)>& record);
+  void run_fused(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out, cudaStream_t s,
+                 const W4a16Kernel& k, const std::function<void(int)>& record);
+  // The fused family's work grid and its partial sums for a batch of `tokens` (fused_params.h).
+  kernels::FusedGrid fused_grid_of(const Tactic& t) const {
+    return kernels::fused_grid(t.tile_rows, t.tile_k / 256, static_cast<int>(fc1_.rowtiles()),
+                               static_cast<int>(fc1_.kgroups()), static_cast<int>(fc2_.rowtiles()),
+                               static_cast<int>(fc2_.kgroups()));
+  }
   const W4a16Kernel& kernel_for(const Tactic& t, Epilogue ep) const;
   kernels::W4a16SmemShape smem_shape(int64_t tokens, int64_t k) const {
     return kernels::W4a16SmemShape{groups_, static_cast<int>(tokens), static_cast<int>(k), slots_};
@@ -186,12 +210,13 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   int64_t cap_tokens_ = 0;
   DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, chunk_counts_,
       act_, partials_, unit_counters_, rows_out_, x_perm_, grid_barrier_,
-      unit_tickets_, routing_ready_;
+      unit_tickets_, routing_ready_, fused_counters_, fused_partials_;
   // The buffers above, which ensure_workspace sizes (its list of needs has the same length).
-  static constexpr size_t kWorkspaceBuffers = 15;
+  static constexpr size_t kWorkspaceBuffers = 17;
   std::array<const DeviceBuffer*, kWorkspaceBuffers> workspace() const {
     return {&topk_ids_, &topk_w_, &offsets_, &row_token_, &row_weight_, &pair_row_, &chunk_counts_, &act_,
-            &partials_, &unit_counters_, &rows_out_, &x_perm_, &grid_barrier_, &unit_tickets_, &routing_ready_};
+            &partials_, &unit_counters_, &rows_out_, &x_perm_, &grid_barrier_, &unit_tickets_, &routing_ready_,
+            &fused_counters_, &fused_partials_};
   }
   // clock accounting: [cycles, ns, launches] of FC1, then of FC2 (allocated when first turned on)
   DeviceBuffer clock_counts_;
@@ -216,6 +241,22 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   std::vector<std::string> cache_warnings_;
   std::mutex info_mutex_;
   std::vector<std::pair<std::pair<const void*, int>, KernelLaunchInfo>> infos_;  // by (kernel, smem)
+#if FP4MOE_FUSED_TRACE
+  DeviceBuffer trace_;
+  int trace_grid_ = 0;
+
+ public:
+  ~GpuMoeLayerImpl() override {
+    const char* path = std::getenv("FP4MOE_FUSED_TRACE_FILE");
+    if (!path || trace_grid_ == 0 || cudaDeviceSynchronize() != cudaSuccess) return;
+    std::vector<unsigned long long> h(size_t(trace_grid_) * kernels::kFusedTraceWordsPerCta);
+    if (cudaMemcpy(h.data(), trace_.get(), h.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess) return;
+    if (FILE* f = std::fopen(path, "wb")) {
+      std::fwrite(h.data(), 8, h.size(), f);
+      std::fclose(f);
+    }
+  }
+#endif
 };
 
 GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) : cfg_(w.config) {
@@ -329,19 +370,22 @@ std::pair<LayerPlan, std::string> GpuMoeLayerImpl::planned(int64_t tokens) const
   };
   take(fc1_key(cfg_), cached.fc1, from_cache[0]);
   take(fc2_key(cfg_), cached.fc2, from_cache[1]);
-  // The small-batch family runs its two GEMMs together and only up to its batch: an entry of a
-  // neighbouring bucket that breaks either rule leaves the heuristic's plan.
-  const bool gemv1 = cached.fc1.family == Family::kW4a16Gemv, gemv2 = cached.fc2.family == Family::kW4a16Gemv;
-  if (gemv1 != gemv2 || (gemv1 && tokens > cached.fc1.tile_tokens)) return heuristic;
+  // The small-batch and fused families run their two GEMMs together and only up to their batch:
+  // an entry of a neighbouring bucket that breaks either rule leaves the heuristic's plan.
+  if (!plan_pairs_gemms(cached) || (runs_gemms_together(cached.fc1.family) && tokens > cached.fc1.tile_tokens))
+    return heuristic;
   return {cached, std::string(from_cache[0] ? "cache" : "heuristic") + "/" + (from_cache[1] ? "cache" : "heuristic")};
 }
 
 const W4a16Kernel& GpuMoeLayerImpl::kernel_for(const Tactic& t, Epilogue ep) const {
-  FP4MOE_CHECK(t.family == Family::kW4a16Mma || t.family == Family::kW4a16Wgmma || t.family == Family::kW4a16Gemv,
+  FP4MOE_CHECK(t.family == Family::kW4a16Mma || t.family == Family::kW4a16Wgmma || t.family == Family::kW4a16Gemv ||
+                   t.family == Family::kW4a16Fused,
                "GPU layer: tactic ", format_tactic(t),
-               " is not of a family this layer runs (w4a16_mma, w4a16_wgmma, w4a16_gemv)");
+               " is not of a family this layer runs (w4a16_mma, w4a16_wgmma, w4a16_gemv, w4a16_fused)");
   FP4MOE_CHECK(t.family != Family::kW4a16Wgmma || gpu_.has_wgmma(), "GPU layer: tactic ", format_tactic(t),
                " needs sm_90a (wgmma); ", gpu_.name, " is ", gpu_.arch_name());
+  FP4MOE_CHECK(t.family != Family::kW4a16Fused || gpu_.sm >= 90, "GPU layer: tactic ", format_tactic(t),
+               " needs sm_90+ (the bulk copy engine); ", gpu_.name, " is ", gpu_.arch_name());
   FP4MOE_CHECK(t.epilogue == ep, "GPU layer: tactic ", format_tactic(t), " has epilogue ",
                to_string(t.epilogue), ", this GEMM needs ", to_string(ep));
   FP4MOE_CHECK(t.split_k == 1, "GPU layer: tactic ", format_tactic(t),
@@ -373,9 +417,21 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
   const int64_t row_blocks_bound = std::max((fc1_.rowtiles() + 3) / 4, (fc2_.rowtiles() + 3) / 4);
   const W4a16Kernel& k1 = kernel_for(plan.fc1, Epilogue::kSwiglu);
   const W4a16Kernel& k2 = kernel_for(plan.fc2, Epilogue::kFinalize);
-  FP4MOE_CHECK((plan.fc1.family == Family::kW4a16Gemv) == (plan.fc2.family == Family::kW4a16Gemv),
-               "GPU layer: w4a16_gemv runs FC1 and FC2 together (FC1 routes, FC2 reads its [token][slot] rows); got ",
-               format_tactic(plan.fc1), " + ", format_tactic(plan.fc2));
+  FP4MOE_CHECK(plan_pairs_gemms(plan), "GPU layer: ", format_tactic(plan.fc1), " + ", format_tactic(plan.fc2),
+               ": w4a16_gemv runs FC1 and FC2 together (FC1 routes, FC2 reads its [token][slot] rows), w4a16_fused "
+               "runs both in one kernel (the same shape for both)");
+  // The fused family's counters (for its largest batch: they stay) and partial sums (for this
+  // batch, or for its largest where reserve() sizes a plan for more tokens than the family takes).
+  const bool fused = plan.fc1.family == Family::kW4a16Fused;
+  const kernels::FusedGrid fg = fused ? fused_grid_of(plan.fc1) : kernels::FusedGrid{};
+  const int64_t fused_counter_ints =
+      fused ? kernels::fused_counters(kernels::fused_max_active(groups_, kernels::kFusedTokens, slots_), fg).total : 0;
+  const int fused_tokens = static_cast<int>(std::min<int64_t>(tokens, kernels::kFusedTokens));
+  const int fused_active = kernels::fused_max_active(groups_, fused_tokens, slots_);
+  const int64_t fused_part_floats =
+      fused ? kernels::fused_fc1_part_floats(fused_active, fg, plan.fc1.tile_rows, fused_tokens) +
+                  kernels::fused_fc2_part_floats(fused_active, fg, static_cast<int>(fc2_.rowtiles()), fused_tokens)
+            : 0;
   const int64_t partial_floats =
       2 * std::max<int64_t>(k1.tile_floats ? int64_t{grid_for(k1, k1.dynamic_smem_bytes(smem_shape(tokens, H)))} * k1.tile_floats : 0,
                             k2.tile_floats ? int64_t{grid_for(k2, k2.dynamic_smem_bytes(smem_shape(tokens, I)))} * k2.tile_floats : 0);
@@ -399,6 +455,8 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
       {&grid_barrier_, 8, true},
       {&unit_tickets_, 8, true},  // the prefill family's unit scheduler: FC1's, FC2's
       {&routing_ready_, 8, true},  // the small-batch family: routing published, FC2 CTAs that looked
+      {&fused_counters_, size_t(fused_counter_ints * 4), true},  // the fused family: tickets, arrivals (self-resetting)
+      {&fused_partials_, size_t(fused_part_floats * 4), false},
       // the prefill family reads FC1's tokens gathered into permuted order (fragment order)
       {&x_perm_, plan.fc1.family == Family::kW4a16Wgmma ? size_t(P * kernels::fragment_order_pitch(H) * 2) : size_t{0},
        false},
@@ -519,10 +577,15 @@ void GpuMoeLayerImpl::enqueue(const uint16_t* hidden, const float* logits, int64
   // is enqueued.
   grid_for(k1, k1.dynamic_smem_bytes(smem_shape(tokens, cfg_.hidden)));
   grid_for(k2, k2.dynamic_smem_bytes(smem_shape(tokens, cfg_.intermediate)));
-  if (k1.tactic.family == Family::kW4a16Gemv) {
+  if (runs_gemms_together(k1.tactic.family))
     FP4MOE_CHECK(tokens <= k1.tactic.tile_tokens, "GPU layer: tactic ", format_tactic(k1.tactic), " takes batches of 1..",
                  k1.tactic.tile_tokens, " tokens, got ", tokens);
+  if (k1.tactic.family == Family::kW4a16Gemv) {
     run_gemv(hidden, logits, tokens, out, s, k1, k2, record);
+    return;
+  }
+  if (k1.tactic.family == Family::kW4a16Fused) {
+    run_fused(hidden, logits, tokens, out, s, k1, record);
     return;
   }
 
@@ -638,6 +701,67 @@ void GpuMoeLayerImpl::run_gemv(const uint16_t* hidden, const float* logits, int6
   const int grid2 = std::min(grid_for(k2, smem2), k2.max_blocks(shape2, f2.rowtiles));
   k2.launch(f2, grid2, smem2, /*pdl=*/gpu_.sm >= 90, s);
   record(3);
+}
+
+// The fused path (w4a16_fused): the whole layer in one persistent launch - every CTA routes the
+// batch, FC1's and FC2's items and the slot sums are drawn from one ticket counter
+// (kernels/gemm/sm90_w4a16_fused_layer.cuh). act holds [token][slot] rows of I.
+void GpuMoeLayerImpl::run_fused(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
+                                cudaStream_t s, const W4a16Kernel& k, const std::function<void(int)>& record) {
+  FP4MOE_CHECK(k.launch_fused != nullptr, "GPU layer: ", format_tactic(k.tactic), " has no whole-layer launch");
+  kernels::W4a16FusedParams p;
+  const auto gemm = [&](const kernels::PrepackShape& shape, const DeviceBuffer& w, const DeviceBuffer& sc,
+                        const DeviceBuffer& ga, const DeviceBuffer* gb, int64_t k_dim) {
+    kernels::FusedGemm g;
+    g.weights = w.get<uint8_t>();
+    g.scales = sc.get<uint8_t>();
+    g.rowtiles = static_cast<int>(shape.rowtiles());
+    g.kgroups = static_cast<int>(shape.kgroups());
+    g.rows = static_cast<int>(shape.rows);
+    g.k = static_cast<int>(k_dim);
+    g.scale_a = ga.get<float>();
+    g.scale_b = gb ? gb->get<float>() : nullptr;
+    return g;
+  };
+  p.fc1 = gemm(fc1_, w13_, s13_, gate_gs_, &up_gs_, cfg_.hidden);
+  p.fc2 = gemm(fc2_, w2_, s2_, down_gs_, nullptr, cfg_.intermediate);
+  p.routing = routing_params(logits, tokens);
+  p.tokens = static_cast<int>(tokens);
+  p.slots = slots_;
+  p.groups = groups_;
+  p.hidden = hidden;
+  p.hidden_stride = cfg_.hidden;
+  p.act = act_.get<uint16_t>();
+  p.act_stride = cfg_.intermediate;
+  p.out = out;
+  const kernels::FusedGrid fg = fused_grid_of(k.tactic);
+  const int active = kernels::fused_max_active(groups_, static_cast<int>(tokens), slots_);
+  p.ws.counters = fused_counters_.get<int>();
+  p.ws.fc1_part = fused_partials_.get<float>();
+  p.ws.fc2_part = fused_partials_.get<float>() + kernels::fused_fc1_part_floats(active, fg, k.tactic.tile_rows,
+                                                                                  static_cast<int>(tokens));
+  if (kernels::fused_fc1_part_chunks(fg) == 1) p.ws.fc1_part = nullptr;
+#if FP4MOE_FUSED_TRACE
+  // Scratch builds: the last call's timeline, written to $FP4MOE_FUSED_TRACE_FILE when the layer goes.
+  const int grid = grid_for(k, k.dynamic_smem_bytes(smem_shape(tokens, cfg_.hidden)));
+  const size_t trace_bytes = size_t(grid) * kernels::kFusedTraceWordsPerCta * 8;
+  if (trace_.bytes() < trace_bytes) {
+    trace_.resize(trace_bytes);
+    FP4MOE_CUDA_CHECK(cudaMemset(trace_.get(), 0, trace_bytes));
+  }
+  trace_grid_ = grid;
+  p.trace = trace_.get<unsigned long long>();
+#endif
+  if (clock_on_) {
+    p.sm_clock[0] = clock_counts_.get<unsigned long long>();
+    p.sm_clock[1] = clock_counts_.get<unsigned long long>() + 3;
+  }
+  record(0);
+  record(1);  // the routing is inside the one launch: its phase is empty
+  const int smem = k.dynamic_smem_bytes(smem_shape(tokens, cfg_.hidden));
+  k.launch_fused(p, grid_for(k, smem), smem, s);
+  record(2);
+  record(3);  // FC2 and the slot sums too
 }
 
 }  // namespace

@@ -167,7 +167,18 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       TuneResult r;
       r.bucket = T;
       r.gemm = stage == 1 ? fc1_key(cfg) : fc2_key(cfg);
-      for (const Tactic& t : candidates(stage == 1 ? Epilogue::kSwiglu : Epilogue::kFinalize, T, r)) {
+      std::vector<Tactic> cands = candidates(stage == 1 ? Epilogue::kSwiglu : Epilogue::kFinalize, T, r);
+      // FC1's winner runs both GEMMs (runs_gemms_together): FC2 can only be its twin, the other
+      // FC2 tactics are listed as set aside for that reason.
+      if (stage == 2 && runs_gemms_together(fc1_best.family)) {
+        Tactic twin = fc1_best;
+        twin.epilogue = Epilogue::kFinalize;
+        for (const Tactic& t : cands)
+          if (!(t == twin))
+            r.rejected.push_back({t, "FC1's winner " + format_tactic(fc1_best) + " runs both GEMMs: FC2 is its twin"});
+        cands = {twin};
+      }
+      for (const Tactic& t : cands) {
         if (opt.progress)
           opt.progress("T=" + std::to_string(T) + (stage == 1 ? " FC1 " : " FC2 ") + format_tactic(t), done / total);
         LayerPlan plan = heuristic;
@@ -176,14 +187,15 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
           plan.fc1 = fc1_best;
           plan.fc2 = t;
         }
-        // w4a16_gemv runs both GEMMs or neither: the other GEMM takes the candidate's twin (same
-        // shape, other epilogue), or the stream-K / prefill families' heuristic tactic.
+        // w4a16_gemv and w4a16_fused run both GEMMs or neither: the other GEMM takes the
+        // candidate's twin (same shape, other epilogue), or the stream-K / prefill families'
+        // heuristic tactic.
         Tactic& other = stage == 1 ? plan.fc2 : plan.fc1;
         const Epilogue other_ep = stage == 1 ? Epilogue::kFinalize : Epilogue::kSwiglu;
-        if (t.family == Family::kW4a16Gemv && other.family != Family::kW4a16Gemv) {
+        if (runs_gemms_together(t.family)) {
           other = t;
           other.epilogue = other_ep;
-        } else if (t.family != Family::kW4a16Gemv && other.family == Family::kW4a16Gemv) {
+        } else if (runs_gemms_together(other.family)) {
           other = heuristic_tactic(cfg, T, gpu, other_ep);
         }
         const double us = measure(plan, r, t);
