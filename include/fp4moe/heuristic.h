@@ -156,6 +156,15 @@ inline constexpr int64_t kGemvMaxTokensNarrow = 3;
 // Its tactic: one row tile per block, 6 warps with 2 K groups in flight each (three CTAs per SM:
 // all of a single-token FC1's blocks resident at once).
 Tactic gemv_tactic(Epilogue ep);
+// The fused family (w4a16_fused: the whole layer in one persistent launch, work handed out as it
+// runs; sm_90+) for wide experts up to kFusedMaxTokens tokens. Measured on the H200 (glm5, both
+// GEMMs forced, layer us in the CUDA graph, three device calls; docs/HEURISTIC.md): T = 1
+// 66.1-68.8 (m128n8k1024) against 73.5-75.0 for the stream-K family's m128n8:s2:w4, T = 2
+// 107.2-111.0 (m128n8k2048) against 113.5-114.8; at T = 4 and 8 the stream-K family is ahead
+// (186-188 against 190-199, 323-329 against 358-377 us).
+inline constexpr int64_t kFusedMaxTokens = 2;
+// Its tactic at `tokens` tokens: 128 rows an item, 4 K groups an item at one token, 8 above.
+Tactic fused_tactic(int64_t tokens, Epilogue ep);
 // The resource model's view of one GEMM of `cfg` at `tokens` tokens (FC1 for epilogue swiglu, FC2
 // for finalize): the groups, and what the small-batch family stages (the batch, K and the slots
 // per token); a batch beyond that family's tile makes its tactics not fit.

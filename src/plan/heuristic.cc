@@ -129,15 +129,28 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
 // single-token FC1 is resident at once (docs/HEURISTIC.md has the measurements).
 Tactic gemv_tactic(Epilogue ep) { return Tactic{Family::kW4a16Gemv, 16, 8, 256, 2, 6, 1, ep, false}; }
 
+// 128 rows an item, 3 stages: three CTAs of a producer, an epilogue and four consumer warps per
+// H200 SM; 4 K groups an item for one token, 8 for more (docs/HEURISTIC.md).
+Tactic fused_tactic(int64_t tokens, Epilogue ep) {
+  return Tactic{Family::kW4a16Fused, 128, 8, tokens <= 1 ? 1024 : 2048, 3, 6, 1, ep, false};
+}
+
 LayerPlan heuristic_plan(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu) {
   cfg.validate();
   FP4MOE_CHECK(tokens >= 1, "heuristic plan: token count must be >= 1, got ", tokens);
+  const auto fits_both = [&](const LayerPlan& p) {
+    for (const Tactic& t : {p.fc1, p.fc2})
+      if (!model_resources(t, gpu, DataType::kNvfp4, gemm_model_options(cfg, tokens, t.epilogue)).fits) return false;
+    return true;
+  };
+  // Measured on the H200 only: Blackwell (sm_100, sm_120) keeps the stream-K family until it is.
+  if (gpu.sm == 90 && !narrow_experts(cfg) && tokens <= kFusedMaxTokens && cfg.num_experts <= 256) {
+    const LayerPlan fused{fused_tactic(tokens, Epilogue::kSwiglu), fused_tactic(tokens, Epilogue::kFinalize)};
+    if (fits_both(fused)) return fused;
+  }
   if (narrow_experts(cfg) && tokens <= kGemvMaxTokensNarrow && cfg.num_experts <= 256) {
     const LayerPlan gemv{gemv_tactic(Epilogue::kSwiglu), gemv_tactic(Epilogue::kFinalize)};
-    const auto fits = [&](const Tactic& t) {
-      return model_resources(t, gpu, DataType::kNvfp4, gemm_model_options(cfg, tokens, t.epilogue)).fits;
-    };
-    if (fits(gemv.fc1) && fits(gemv.fc2)) return gemv;
+    if (fits_both(gemv)) return gemv;
   }
   // Stream-K balances any unit count over the GPU's CTAs, so the GPU enters only through what fits.
   return LayerPlan{heuristic_tactic(cfg, tokens, gpu, Epilogue::kSwiglu),

@@ -31,12 +31,18 @@ TEST(Heuristic, PlansOnTheH200) {
   const auto fc2 = [&](int64_t t) { return format_tactic(heuristic_plan(glm5, t, resolve_gpu("h200")).fc2); };
   // The rule's choices; docs/HEURISTIC.md has the measurements behind each (the tuner's ranking,
   // docs/measurements/h200_glm5_tune.json, predates the 256-row tiles).
-  EXPECT_EQ(fc1(glm5, 1, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");  // 2 stages to T = 4
+  // Wide experts at one or two tokens: the whole layer in one launch (sm_90), the same tactic for
+  // both GEMMs.
+  EXPECT_EQ(fc1(glm5, 1, "h200"), "w4a16_fused:m128n8k1024:s3:w6:sk1:swiglu");
+  EXPECT_EQ(fc2(1), "w4a16_fused:m128n8k1024:s3:w6:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 2, "h200"), "w4a16_fused:m128n8k2048:s3:w6:sk1:swiglu");
+  EXPECT_EQ(fc2(2), "w4a16_fused:m128n8k2048:s3:w6:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 3, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");  // 2 stages to T = 4
   EXPECT_EQ(fc1(glm5, 4, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
   // From T = 5 256 rows, 8 warps, 2 stages: two CTAs per SM.
   EXPECT_EQ(fc1(glm5, 5, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 128, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
-  EXPECT_EQ(fc2(1), "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
+  EXPECT_EQ(fc2(3), "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
   EXPECT_EQ(fc2(128), "w4a16_mma:m256n8k256:s2:w8:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 319, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
@@ -115,7 +121,8 @@ TEST(Heuristic, FallsBackToWhatFitsOnSm120) {
   // fitting token tile not above the rule's is taken, never a tactic that cannot launch (the
   // 128 x 16 tile with its 2 stages, 54 KB).
   const MoeConfig glm5 = MoeConfig::glm5();
-  // The two-stage rule (T <= 4) fits there: 45 KB, two CTAs per SM.
+  // The two-stage rule (T <= 4) fits there: 45 KB, two CTAs per SM. (The fused family, measured
+  // on the H200 only, is not taken on Blackwell.)
   EXPECT_EQ(fc1(glm5, 1, "rtx-pro-6000"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1, resolve_gpu("rtx-pro-6000")).fc2),
             "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
