@@ -3,7 +3,10 @@
 //   - every compiled tactic of every family (FC1 swiglu x FC2 finalize) on an odd shape (K a multiple
 //     of 16 but not of the 256-wide K tile, rows not a multiple of the row tile); small
 //     problems on a full grid exercise the stream-K fix-up of cut units; the small-batch family
-//     (w4a16_gemv, its two GEMMs together) at T in {1, 3, 8};
+//     (w4a16_gemv, its two GEMMs together) and the fused family (w4a16_fused, the whole layer in
+//     one launch, sm_90+) at T in {1, 3, 8}; the fused family again on shapes that split FC1's K,
+//     without a shared expert, with each routing mode, on one expert, at full size (glm5,
+//     glm5-tp8), and as CUDA graph replays;
 //   - the glm5 and glm5-tp8 presets at full size for T in {1, 3, 16, 64, 257, 1024};
 //   - the prefill family (sm_90a) on glm5 for T in {128, 1000, 4096, 16384}, every tactic, the
 //     whole batch run and every non-finite value counted, sampled tokens against the reference;
@@ -120,22 +123,28 @@ TEST(GpuLayer, EveryTacticMatchesReferenceOnOddShape) {
   FP4MOE_REQUIRE_GPU();
   LayerCase c = make_case(odd_config(), 31);
   const bool wgmma = query_cuda_environment().devices[0].has_wgmma();
+  const bool sm90 = query_cuda_environment().devices[0].sm >= 90;
   uint64_t seed = 100;
   int plans = 0;
-  // Within each family (w4a16_gemv runs its two GEMMs together; the stream-K and prefill families
-  // mix), every FC1 tactic with two FC2 tactics; the small-batch family at the batches it takes.
-  for (const bool gemv : {false, true}) {
+  // Within each family (w4a16_gemv runs its two GEMMs together, w4a16_fused both in one kernel:
+  // the same shape for both; the stream-K and prefill families mix), every FC1 tactic with two FC2
+  // tactics; the small-batch and fused families at the batches they take.
+  for (const Family paired : {Family::kW4a16Mma, Family::kW4a16Gemv, Family::kW4a16Fused}) {
+    if (paired == Family::kW4a16Fused && !sm90) continue;
     std::vector<Tactic> fc1 = tactics_of(Epilogue::kSwiglu), fc2 = tactics_of(Epilogue::kFinalize);
     for (auto* list : {&fc1, &fc2})
       std::erase_if(*list, [&](const Tactic& t) {
-        return (t.family == Family::kW4a16Gemv) != gemv || (t.family == Family::kW4a16Wgmma && !wgmma);
+        const Family f = t.family == Family::kW4a16Wgmma ? Family::kW4a16Mma : t.family;
+        return f != paired || (t.family == Family::kW4a16Wgmma && !wgmma);
       });
     ASSERT_FALSE(fc1.empty());
     ASSERT_EQ(fc1.size(), fc2.size());
-    const std::vector<int64_t> batches = gemv ? std::vector<int64_t>{1, 3, 8} : std::vector<int64_t>{1, 3, 16, 64, 257};
+    const bool small = paired != Family::kW4a16Mma;
+    const std::vector<int64_t> batches = small ? std::vector<int64_t>{1, 3, 8} : std::vector<int64_t>{1, 3, 16, 64, 257};
+    const std::vector<size_t> shifts = paired == Family::kW4a16Fused ? std::vector<size_t>{0} : std::vector<size_t>{0, 1, 3};
     for (int64_t tokens : batches) {
       for (size_t i = 0; i < fc1.size(); ++i) {
-        for (size_t shift : {size_t{0}, size_t{1}, size_t{3}}) {  // vary the pairing
+        for (size_t shift : shifts) {  // vary the pairing (the fused family: one kernel, no pairs)
           const LayerPlan plan{fc1[i], fc2[(i + shift) % fc2.size()]};
           const std::vector<float> hidden = make_hidden_states(tokens, c.weights.config.hidden, ++seed);
           const std::vector<float> logits = make_router_logits(tokens, c.weights.config.num_experts, seed);
@@ -171,6 +180,24 @@ TEST_P(GpuLayerPreset, HeuristicPlanMatchesReferenceAcrossBatchSizes) {
                 format_tactic(plan.fc2).c_str(), cmp.rel_frobenius);
     EXPECT_EQ(cmp.non_finite, 0) << "T=" << tokens;
     EXPECT_LT(cmp.rel_frobenius, kTolerance) << "T=" << tokens;
+  }
+  // Every tactic of the fused family (sm_90+) at the batches it takes, whatever the heuristic
+  // picks there: at full size FC1's K (6144) is split into K chunks, summed by the last arrival.
+  if (query_cuda_environment().devices[0].sm < 90) return;
+  for (int64_t tokens : {1, 3, 8}) {
+    const std::vector<float> hidden = make_hidden_states(tokens, cfg.hidden, ++seed);
+    const std::vector<float> logits = make_router_logits(tokens, cfg.num_experts, seed);
+    for (const Tactic& t : tactics_of(Epilogue::kSwiglu)) {
+      if (t.family != Family::kW4a16Fused) continue;
+      LayerPlan plan{t, t};
+      plan.fc2.epilogue = Epilogue::kFinalize;
+      const RunResult r = run_layer(*c.layer, hidden, logits, tokens, &plan);
+      const test::Comparison cmp = check_against_reference(c.weights, hidden, tokens, r);
+      std::printf("%s T=%lld %s: rel error %.3e\n", cfg.name.c_str(), static_cast<long long>(tokens),
+                  format_tactic(t).c_str(), cmp.rel_frobenius);
+      EXPECT_EQ(cmp.non_finite, 0) << format_tactic(t) << " T=" << tokens;
+      EXPECT_LT(cmp.rel_frobenius, kTolerance) << format_tactic(t) << " T=" << tokens;
+    }
   }
 }
 
@@ -278,6 +305,75 @@ TEST(GpuLayer, SoftmaxAndGroupLimitedRouting) {
   }
 }
 
+// The fused family (w4a16_fused, sm_90+) on the shapes that take its other paths: K past the
+// last whole K group in both GEMMs, FC1's K split into chunks (the last arrival sums them), row
+// blocks the matrix ends inside, no shared expert (every item waits for the routing), softmax
+// and group-limited routing, all tokens on one expert; every tactic, batches 1..8, the routing
+// against the reference's, then two more runs and a CUDA graph replay bitwise equal to the first.
+TEST(GpuLayer, FusedFamilyMatchesReference) {
+  FP4MOE_REQUIRE_GPU();
+  if (query_cuda_environment().devices[0].sm < 90) GTEST_SKIP() << "the fused family needs sm_90+";
+  std::vector<Tactic> fused;
+  for (const Tactic& t : tactics_of(Epilogue::kSwiglu))
+    if (t.family == Family::kW4a16Fused) fused.push_back(t);
+  ASSERT_EQ(fused.size(), listed_tactics(Family::kW4a16Fused, Epilogue::kSwiglu).size());
+  struct Case {
+    const char* what;
+    MoeConfig cfg;
+    bool one_expert;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"K chunks and tails", sigmoid_config("chunks", 1552, 528, 40, 4), false});
+  MoeConfig softmax = sigmoid_config("softmax", 1040, 1024, 32, 4);
+  softmax.shared_intermediate = 0;
+  softmax.routing = RoutingConfig{RoutingMode::kSoftmaxTopK, 4, 1, 1, true, 1.0f};
+  cases.push_back({"softmax, no shared expert", softmax, false});
+  MoeConfig grouped = sigmoid_config("grouped", 1040, 1024, 64, 6);
+  grouped.routing = RoutingConfig{RoutingMode::kSigmoidNoAuxTc, 6, 8, 3, true, 2.5f};
+  cases.push_back({"group-limited", grouped, false});
+  cases.push_back({"one expert", sigmoid_config("one", 1040, 1024, 32, 1), true});
+  uint64_t seed = 5000;
+  for (const Case& k : cases) {
+    LayerCase c = make_case(k.cfg, ++seed);
+    const OwnedStream s;
+    for (int64_t tokens : {1, 2, 5, 8}) {
+      std::vector<float> hidden = make_hidden_states(tokens, k.cfg.hidden, ++seed);
+      std::vector<float> logits = make_router_logits(tokens, k.cfg.num_experts, seed);
+      if (k.one_expert)
+        for (int64_t t = 0; t < tokens; ++t) logits[t * k.cfg.num_experts + 7] = 50.0f;
+      const Routing ref_routing = route_reference(k.cfg.routing, logits, tokens, k.cfg.num_experts, c.weights.correction_bias);
+      for (const Tactic& t : fused) {
+        LayerPlan plan{t, t};
+        plan.fc2.epilogue = Epilogue::kFinalize;
+        const std::string where = std::string(k.what) + " " + format_tactic(t) + " T=" + std::to_string(tokens);
+        const RunResult r = run_layer(*c.layer, hidden, logits, tokens, &plan);
+        EXPECT_EQ(r.routing.ids, ref_routing.ids) << where;
+        for (size_t i = 0; i < ref_routing.weights.size(); ++i)
+          ASSERT_NEAR(r.routing.weights[i], ref_routing.weights[i], 1e-5) << where;
+        const test::Comparison cmp = check_against_reference(c.weights, hidden, tokens, r);
+        EXPECT_EQ(cmp.non_finite, 0) << where;
+        EXPECT_LT(cmp.rel_frobenius, kTolerance) << where;
+        for (int rep = 0; rep < 2; ++rep)
+          ASSERT_EQ(run_layer(*c.layer, hidden, logits, tokens, &plan).out, r.out) << where << " repeat " << rep;
+        DeviceBuffer dh = test::to_device(test::to_bf16_bits(hidden));
+        DeviceBuffer dl = test::to_device(logits);
+        DeviceBuffer dout(tokens * k.cfg.hidden * 2);
+        FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+        const CapturedGraph graph(s, [&](cudaStream_t st) {
+          c.layer->forward(dh.get<uint16_t>(), dl.get<float>(), tokens, dout.get<uint16_t>(), st, &plan);
+        });
+        for (int rep = 0; rep < 2; ++rep) {
+          test::poison(dout);
+          FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+          graph.launch(s);
+          FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+          ASSERT_EQ(test::to_host<uint16_t>(dout, tokens * k.cfg.hidden), r.out) << where << " graph replay " << rep;
+        }
+      }
+    }
+  }
+}
+
 // Fresh inputs of `tokens` tokens for the layer of `c`, and the plan the layer takes for them.
 struct Batch {
   std::vector<float> hidden, logits;
@@ -362,6 +458,24 @@ TEST(GpuLayer, RejectsBadInput) {
   const LayerPlan small = c.layer->plan_for(1);
   EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 9, buf.get<uint16_t>(), nullptr, &small),
                Error);
+  // The fused family (sm_90+): one kernel, so the same shape for both GEMMs, and up to 8 tokens.
+  if (query_cuda_environment().devices[0].sm >= 90) {
+    std::vector<Tactic> fused;
+    for (const Tactic& t : tactics_of(Epilogue::kSwiglu))
+      if (t.family == Family::kW4a16Fused) fused.push_back(t);
+    ASSERT_GE(fused.size(), 2u);
+    LayerPlan two{fused[0], fused[1]};
+    two.fc2.epilogue = Epilogue::kFinalize;
+    EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 2, buf.get<uint16_t>(), nullptr, &two),
+                 Error);
+    LayerPlan one{fused[0], fused[0]};
+    one.fc2.epilogue = Epilogue::kFinalize;
+    EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 9, buf.get<uint16_t>(), nullptr, &one),
+                 Error);
+    LayerPlan half{fused[0], c.layer->plan_for(64).fc2};
+    EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 2, buf.get<uint16_t>(), nullptr, &half),
+                 Error);
+  }
   MoeWeights unmat = c.weights;
   unmat.experts[3] = ExpertWeights{};
   EXPECT_THROW(GpuMoeLayer::create(unmat), Error);
