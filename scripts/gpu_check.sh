@@ -27,7 +27,8 @@ if has sanitize; then
   # (GraphsSurvive...: a graph replayed after the workspace grew under other plans; only memcheck
   # sees a freed buffer it still addressed - the output stays right)
   small='GpuLayer.RepeatedRunsAreBitwiseIdentical:GpuLayer.GraphsSurviveGrowthsUnderOtherPlans:Dequant.*:Prepack*16x256*:Modes/GpuRouting.*T64*'
-  # And the layer from the CLI on a small shape: T = 2 (the small-batch family: I = 256 is narrow),
+  # And the layer from the CLI on a small shape (the fused family's runs are listed last): T = 2
+  # (the small-batch family: I = 256 is narrow),
   # T = 5 (decode family), T = 100 and 300 (25 and 75 tokens per expert: the prefill family's
   # 256-row 64-token tile with 128-K stages, then its 256-row 128-token tile, in both GEMMs on
   # sm_90a), each against the float64 reference; then experts of I = 1024 (not narrow) at T = 100
@@ -51,6 +52,11 @@ if has sanitize; then
   for t in 420 480; do
     for tool in memcheck racecheck; do sanitize_run $tool 1024 $t "${tool}_run_192rows_$t.log" 768; done
   done
+  # The fused family (sm_90): wide experts (I = 1024) at T = 1 (m128n8k1024) and 2 (m128n8k2048),
+  # the whole layer in one launch; racecheck at T = 1 only (at T = 2 it did not end within 170 s:
+  # it instruments every shared-memory access of the mbarrier waits' polling).
+  for t in 1 2; do sanitize_run memcheck 1024 $t "memcheck_run_fused_$t.log"; done
+  sanitize_run racecheck 1024 1 "racecheck_run_fused_1.log"
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/fp4moe_gpu_tests" --gtest_filter="$small" \
     > "$out/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -3 "$out/memcheck.log"
   timeout 150 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 "$bin/fp4moe_gpu_tests" \

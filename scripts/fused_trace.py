@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Reads the timeline a scratch build of the fused family writes (FP4MOE_FUSED_TRACE=1 at compile
+time, FP4MOE_FUSED_TRACE_FILE at run time: the layer's last call, written when the layer goes) and
+prints where the launch's time went: each CTA's start, routing and end, its items' entry, first
+data and end, and the weight bytes streamed per microsecond (each item's bytes spread evenly
+from its first data to its end).
+
+  scripts/fused_trace.py TRACE.bin [--rows 128] [--item-k 1024] [--bin-us 2]
+
+Layout (src/kernels/gemm/fused_params.h): per CTA 4 * (1 + 96) uint64 words - a header [start,
+routed, end, items], then per item [kind | a << 8 | rb << 16 | kc << 24, entry, first data, end],
+%globaltimer nanoseconds. Kinds: 0 FC1, 1 FC2, 2 finalize.
+"""
+import argparse
+import statistics
+
+import numpy as np
+
+ITEMS = 96
+KINDS = {0: "FC1", 1: "FC2", 2: "finalize"}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--rows", type=int, default=128, help="the tactic's rows per item")
+    ap.add_argument("--item-k", type=int, default=1024, help="the tactic's K per item")
+    ap.add_argument("--bin-us", type=float, default=2.0)
+    a = ap.parse_args()
+    raw = np.fromfile(a.trace, dtype=np.uint64).reshape(-1, 1 + ITEMS, 4)
+    ctas = [c for c in raw if c[0, 0] != 0]
+    t0 = min(int(c[0, 0]) for c in ctas)
+    us = lambda ns: (int(ns) - t0) / 1000.0
+    item_bytes = a.rows // 16 * (a.item_k // 256) * 2304
+    items = []
+    for i, c in enumerate(ctas):
+        for r in c[1:1 + int(c[0, 3])]:
+            code = int(r[0])
+            items.append(dict(cta=i, kind=code & 0xFF, a=(code >> 8) & 0xFF, rb=(code >> 16) & 0xFF,
+                              kc=(code >> 24) & 0xFF, entry=us(r[1]), data=us(r[2]), end=us(r[3])))
+    starts = [us(c[0, 0]) for c in ctas]
+    routed = [us(c[0, 1]) - us(c[0, 0]) for c in ctas]
+    # A CTA ends after its last item (the header's stamp can read a little early: the timer read
+    # is not ordered after the CTA barrier before it).
+    ends = [max([us(c[0, 2])] + [us(r[3]) for r in c[1:1 + int(c[0, 3])]]) for c in ctas]
+    span = max(ends)
+    print(f"{len(ctas)} CTAs, {len(items)} items; launch span {span:.1f} us (first CTA start to last CTA end)")
+    print(f"CTA starts {min(starts):.1f}-{max(starts):.1f} us; routing took {statistics.median(routed):.1f} us "
+          f"(median, max {max(routed):.1f}); CTA ends {min(ends):.1f}-{max(ends):.1f} (median {statistics.median(ends):.1f})")
+    for k, name in KINDS.items():
+        its = [x for x in items if x["kind"] == k]
+        if not its:
+            continue
+        dur = [x["end"] - x["data"] for x in its]
+        wait = [x["data"] - x["entry"] for x in its]
+        print(f"{name:8s}: {len(its):5d} items, first entry {min(x['entry'] for x in its):6.1f} us, last end "
+              f"{max(x['end'] for x in its):6.1f} us; data->end median {statistics.median(dur):.2f} us, "
+              f"entry->data median {statistics.median(wait):.2f} us (max {max(wait):.2f})")
+    # Idle consumers: per CTA, the gaps between an item's end and the next item's first data.
+    gaps = []
+    for i in range(len(ctas)):
+        mine = sorted((x for x in items if x["cta"] == i), key=lambda x: x["entry"])
+        first = mine[0]["data"] if mine else None
+        if first is not None:
+            gaps.append(("to first data", first - starts[i]))
+        for p, q in zip(mine, mine[1:]):
+            gaps.append(("between items", q["data"] - p["end"]))
+        if mine:
+            gaps.append(("after last item", ends[i] - mine[-1]["end"]))
+    for what in ("to first data", "between items", "after last item"):
+        g = [v for w, v in gaps if w == what]
+        if g:
+            print(f"consumer gap {what:16s}: median {statistics.median(g):.2f} us, mean {sum(g) / len(g):.2f}, "
+                  f"max {max(g):.2f} (n {len(g)})")
+    # Weight bytes per time bin.
+    nb = int(span / a.bin_us) + 1
+    rate = np.zeros(nb)
+    busy = np.zeros(nb)
+    for x in items:
+        if x["kind"] > 1 or x["end"] <= x["data"]:
+            continue
+        lo, hi = x["data"], x["end"]
+        for b in range(int(lo / a.bin_us), min(nb, int(hi / a.bin_us) + 1)):
+            s, e = max(lo, b * a.bin_us), min(hi, (b + 1) * a.bin_us)
+            if e > s:
+                rate[b] += item_bytes * (e - s) / (hi - lo)
+                busy[b] += (e - s) / a.bin_us
+    print(f"\n  time us   GB/s   items computing (of {len(ctas)} CTAs)")
+    for b in range(nb):
+        print(f"  {b * a.bin_us:7.1f} {rate[b] / (a.bin_us * 1e3):6.0f}   {busy[b]:6.1f}")
+    total = sum(item_bytes for x in items if x["kind"] <= 1)
+    print(f"\n{total / 1e6:.1f} MB of weight items over {span:.1f} us: {total / span / 1e3:.0f} GB/s")
+
+
+if __name__ == "__main__":
+    main()
