@@ -217,13 +217,13 @@ ResourceReport model_w4a16_fused(const Tactic& t, const GpuSpec& gpu, DataType d
   r.stages = t.stages;
   r.mainloop_bytes = int64_t{t.stages} * l.stage_bytes;
   r.other_items = {
-      {"mbarriers: full + empty per stage, full + empty + stored per item slot, the routing's two, 8 B each (" +
+      {"mbarriers: full + empty per stage, full + empty + stored per item slot, the routing's, 8 B each (" +
            std::to_string(kernels::fused_barrier_count(t.stages)) + "), 16-B aligned",
        l.items - l.barriers},
       {"item ring: " + std::to_string(kernels::kFusedItemSlots) + " entries x " + std::to_string(kernels::kFusedItemBytes) +
            " B",
-       l.flag - l.items},
-      {"the active-group count", l.pair_ids - l.flag},
+       l.active_count - l.items},
+      {"the active-group count", l.pair_ids - l.active_count},
       {"routing: group of each (token, slot), 4 B x 8 x " + std::to_string(o.slots), l.pair_w - l.pair_ids},
       {"routing: weight of each (token, slot), 4 B x " + std::to_string(pairs), l.pair_a - l.pair_w},
       {"routing: active index of each (token, slot), 4 B x " + std::to_string(pairs), l.bitmap - l.pair_a},

@@ -710,21 +710,16 @@ void GpuMoeLayerImpl::run_fused(const uint16_t* hidden, const float* logits, int
                                 cudaStream_t s, const W4a16Kernel& k, const std::function<void(int)>& record) {
   FP4MOE_CHECK(k.launch_fused != nullptr, "GPU layer: ", format_tactic(k.tactic), " has no whole-layer launch");
   kernels::W4a16FusedParams p;
-  const auto gemm = [&](const kernels::PrepackShape& shape, const DeviceBuffer& w, const DeviceBuffer& sc,
-                        const DeviceBuffer& ga, const DeviceBuffer* gb, int64_t k_dim) {
-    kernels::FusedGemm g;
-    g.weights = w.get<uint8_t>();
-    g.scales = sc.get<uint8_t>();
-    g.rowtiles = static_cast<int>(shape.rowtiles());
-    g.kgroups = static_cast<int>(shape.kgroups());
-    g.rows = static_cast<int>(shape.rows);
-    g.k = static_cast<int>(k_dim);
-    g.scale_a = ga.get<float>();
-    g.scale_b = gb ? gb->get<float>() : nullptr;
-    return g;
+  // What every family's launch of a GEMM shares (gemm_params), as the fused kernel reads it.
+  const auto gemm = [&](const W4a16GemmParams& g, const float* scale_b) {
+    return kernels::FusedGemm{g.weights, g.scales, g.rowtiles, g.kgroups, g.rows, g.k, g.scale_a, scale_b};
   };
-  p.fc1 = gemm(fc1_, w13_, s13_, gate_gs_, &up_gs_, cfg_.hidden);
-  p.fc2 = gemm(fc2_, w2_, s2_, down_gs_, nullptr, cfg_.intermediate);
+  const W4a16GemmParams g1 = gemm_params(0, fc1_, w13_, s13_, gate_gs_, cfg_.hidden);
+  const W4a16GemmParams g2 = gemm_params(1, fc2_, w2_, s2_, down_gs_, cfg_.intermediate);
+  p.fc1 = gemm(g1, up_gs_.get<float>());
+  p.fc2 = gemm(g2, nullptr);
+  p.sm_clock[0] = g1.sm_clock;
+  p.sm_clock[1] = g2.sm_clock;
   p.routing = routing_params(logits, tokens);
   p.tokens = static_cast<int>(tokens);
   p.slots = slots_;
@@ -752,10 +747,6 @@ void GpuMoeLayerImpl::run_fused(const uint16_t* hidden, const float* logits, int
   trace_grid_ = grid;
   p.trace = trace_.get<unsigned long long>();
 #endif
-  if (clock_on_) {
-    p.sm_clock[0] = clock_counts_.get<unsigned long long>();
-    p.sm_clock[1] = clock_counts_.get<unsigned long long>() + 3;
-  }
   record(0);
   record(1);  // the routing is inside the one launch: its phase is empty
   const int smem = k.dynamic_smem_bytes(smem_shape(tokens, cfg_.hidden));

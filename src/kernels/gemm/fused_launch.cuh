@@ -50,12 +50,11 @@ W4a16Kernel make_w4a16_fused_kernel() {
   return k;
 }
 
+// Every shape's FC1 entry, then every shape's FC2 entry (one kernel each pair).
 template <std::size_t... kI>
 std::vector<W4a16Kernel> make_w4a16_fused_kernels(std::index_sequence<kI...>) {
-  std::vector<W4a16Kernel> v{make_w4a16_fused_kernel<shape_tactic(kFusedShapes[kI], Epilogue::kSwiglu)>()...};
-  for (W4a16Kernel k : std::vector<W4a16Kernel>{make_w4a16_fused_kernel<shape_tactic(kFusedShapes[kI], Epilogue::kFinalize)>()...})
-    v.push_back(k);
-  return v;
+  return {make_w4a16_fused_kernel<shape_tactic(kFusedShapes[kI], Epilogue::kSwiglu)>()...,
+          make_w4a16_fused_kernel<shape_tactic(kFusedShapes[kI], Epilogue::kFinalize)>()...};
 }
 inline std::vector<W4a16Kernel> make_w4a16_fused_kernels() {
   return make_w4a16_fused_kernels(std::make_index_sequence<kFusedShapes.size()>{});

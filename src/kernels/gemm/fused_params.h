@@ -30,7 +30,7 @@ struct FusedGemm {
 };
 
 // Device counters and partial sums of one launch. The counters are zero between launches: the
-// last CTA to leave resets the ones it does not reset on the way (fused_counter_ints).
+// last CTA to leave resets the ones the items do not reset themselves (fused_counters).
 struct FusedWorkspace {
   int* counters = nullptr;   // [ticket, CTAs left, fc1_done[A], fc2_done[RB2], fc1_arrivals[A x RB1]]
   float* fc1_part = nullptr;  // [a][rb][kc][row of the block][token]: FC1's K chunks, summed by the last
@@ -53,7 +53,7 @@ struct W4a16FusedParams {
   FusedWorkspace ws;
   unsigned long long* sm_clock[2] = {nullptr, nullptr};  // as W4a16GemmParams::sm_clock, FC1's and FC2's
   // Scratch builds with FP4MOE_FUSED_TRACE=1 only: per CTA, %globaltimer stamps of its start, its
-  // routing and its items (fused_trace_*); ignored otherwise.
+  // routing and its items (kFusedTrace*, below); ignored otherwise.
   unsigned long long* trace = nullptr;
 };
 
@@ -78,11 +78,10 @@ FP4MOE_FUSED_HD constexpr int fused_align16(int b) { return (b + 15) / 16 * 16; 
 
 // Dynamic shared memory, in the kernel's order.
 struct FusedSmemLayout {
-  int stage_bytes;  // one K group: weights, block scales, the batch's B rows
-  int stages;       // [0, stages * stage_bytes)
-  int barriers;     // full + empty per stage; full, empty, stored per item slot; the routing's two: 8 B each
+  int stage_bytes;  // one K group: weights, block scales, the batch's B rows; the stages start at 0
+  int barriers;     // full + empty per stage; full, empty, stored per item slot; the routing's: 8 B each
   int items;        // the item ring
-  int flag;         // the active-group count
+  int active_count; // the number of active groups
   int pair_ids;     // [token][slot] group
   int pair_w;       // [token][slot] routing weight
   int pair_a;       // [token][slot] index of the group among the active ones
@@ -94,16 +93,15 @@ struct FusedSmemLayout {
 FP4MOE_FUSED_HD constexpr int fused_stage_bytes(int rows) {
   return rows / 16 * (2048 + 256) + kFusedTokens * kFusedTokenPitch;
 }
-FP4MOE_FUSED_HD constexpr int fused_barrier_count(int stages) { return 2 * stages + 3 * kFusedItemSlots + 2; }
+FP4MOE_FUSED_HD constexpr int fused_barrier_count(int stages) { return 2 * stages + 3 * kFusedItemSlots + 1; }
 FP4MOE_FUSED_HD constexpr FusedSmemLayout fused_smem_layout(int rows, int stages, const W4a16SmemShape& s) {
   FusedSmemLayout l{};
   const int pairs = kFusedTokens * s.slots, act = fused_max_active(s.experts, kFusedTokens, s.slots);
   l.stage_bytes = fused_stage_bytes(rows);
   int o = stages * l.stage_bytes;
-  l.stages = 0;
   l.barriers = o, o += fused_align16(8 * fused_barrier_count(stages));
   l.items = o, o += kFusedItemSlots * kFusedItemBytes;
-  l.flag = o, o += 16;
+  l.active_count = o, o += 16;
   l.pair_ids = o, o += fused_align16(4 * pairs);
   l.pair_w = o, o += fused_align16(4 * pairs);
   l.pair_a = o, o += fused_align16(4 * pairs);

@@ -232,9 +232,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
   uint64_t* const item_full = empty + kStages;                             // item entry written
   uint64_t* const item_empty = item_full + kFusedItemSlots;                // item done, its slot free
   uint64_t* const item_stored = item_empty + kFusedItemSlots;              // the consumers' stores of it are out
-  uint64_t* const routed = item_stored + kFusedItemSlots;                  // [0] the CTA's routing tables are built
+  uint64_t* const routed = item_stored + kFusedItemSlots;                  // the CTA's routing tables are built
   Item* const items = reinterpret_cast<Item*>(smem + L.items);
-  int* const flag = reinterpret_cast<int*>(smem + L.flag);  // [1] active groups
+  int* const active_count = reinterpret_cast<int*>(smem + L.active_count);  // the batch's active groups
   int* const pair_ids = reinterpret_cast<int*>(smem + L.pair_ids);
   float* const pair_w = reinterpret_cast<float*>(smem + L.pair_w);
   int* const pair_a = reinterpret_cast<int*>(smem + L.pair_a);
@@ -257,8 +257,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
       ptx::sm90::mbarrier_init(&item_empty[i], kConsumerWarps + 1);  // and the epilogue warp
       ptx::sm90::mbarrier_init(&item_stored[i], kConsumerWarps);
     }
-    ptx::sm90::mbarrier_init(&routed[0], Tr::kConsumers);  // every consumer thread, after its table writes
-    ptx::sm90::mbarrier_init(&routed[1], 1);               // unused
+    ptx::sm90::mbarrier_init(routed, Tr::kConsumers);  // every consumer thread, after its table writes
     ptx::sm90::fence_mbarrier_init();
   }
   __syncthreads();
@@ -288,8 +287,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
         // glm5 T = 1 was two items long).
         int t_next = -1;
         if (!(shared && t < G.rb1 * G.kc1s) && A < 0) {
-          ptx::sm90::mbarrier_wait(&routed[0], 0);
-          A = flag[1];
+          ptx::sm90::mbarrier_wait(routed, 0);
+          A = *active_count;
         }
         Item it = fused::decode_ticket(t, A, shared, G);
         const bool gemm = it.kind <= fused::kItemFc2;
@@ -377,7 +376,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
     // the consumers' stores of the item are out (item_stored): the consumers go on to the next
     // item's stages meanwhile. (With the consumers waiting for them, items of half the size
     // took glm5 T = 1 from 74 to 103 us, H200.)
-    ptx::sm90::mbarrier_wait(&routed[0], 0);  // the tables its reductions read (col_slot)
+    ptx::sm90::mbarrier_wait(routed, 0);  // the tables its reductions read (col_slot)
     int islot = 0;
     uint32_t iphase = 0;
     for (;;) {
@@ -452,11 +451,11 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
         if (on) active[A + __popc(ballot & ((1u << lane) - 1u))] = base + lane;
         A += __popc(ballot);
       }
-      if (lane == 0) flag[1] = A;
+      if (lane == 0) *active_count = A;
     }
     consumer_sync();
     {
-      const int A = flag[1];
+      const int A = *active_count;
       for (int i = ctid; i < A * kFusedTokens; i += Tr::kConsumers) {
         const int a = i / kFusedTokens, n = i % kFusedTokens;
         int s2 = -1;
@@ -476,7 +475,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
     // to the producer and the epilogue warp by its writer (compute-sanitizer's racecheck does not
     // follow the named barrier into one lane's arrival: it reported the producer's reads of
     // col_slot as races).
-    ptx::sm90::mbarrier_arrive(&routed[0]);
+    ptx::sm90::mbarrier_arrive(routed);
 #if FP4MOE_FUSED_TRACE
     if (trace && ctid == 0) trace[1] = w4a16::global_timer_ns();
 #endif
@@ -654,7 +653,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
   if (tid == 0) {
     const int left = ptx::atomic_add_acq_rel_gpu(ctr + C.exits, 1);
     if (left == static_cast<int>(gridDim.x) - 1) {
-      const int A = flag[1];
+      const int A = *active_count;
       ctr[C.ticket] = 0;
       for (int a = 0; a < A; ++a) ctr[C.fc1_done + a] = 0;
       for (int rb = 0; rb < G.rb2; ++rb) ctr[C.fc2_done + rb] = 0;
