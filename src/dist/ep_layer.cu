@@ -170,7 +170,7 @@ void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T,
   if (T == 0) {  // no tokens here, but the exchanges need this rank: zero rows everywhere
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(offsets_.get(), 0, (E + 1) * 4, s));
   } else {
-    kernels::launch_routing(rp, s);
+    kernels::launch_routing(rp, s, /*pdl=*/false);
   }
   if (P > 0) gather_rows_natural<<<grid_for(P * units), 256, 0, s>>>(reinterpret_cast<const uint4*>(hidden),
                                                          row_token_.get<int>(), P, units, send_rows_.get<uint4>());

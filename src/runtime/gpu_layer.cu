@@ -605,10 +605,10 @@ void GpuMoeLayerImpl::enqueue(const uint16_t* hidden, const float* logits, int64
   if (act_fragment_order && I % kernels::kFragmentChunk != 0)
     FP4MOE_CUDA_CHECK(cudaMemset2DAsync(act_.get<uint16_t>() + act_stride - kernels::kFragmentChunk, act_stride * 2, 0,
                                         kernels::kFragmentChunk * 2, tokens * slots_, s));
-  kernels::launch_routing(rp, s);
   // Programmatic dependent launches (sm_90+): each kernel's CTAs become resident while the
   // previous one runs and wait for its inputs with griddepcontrol.wait.
   const bool pdl = gpu_.sm >= 90;
+  kernels::launch_routing(rp, s, pdl);
   // The prefill family takes whole token tiles by the copy engine: gather FC1's rows first.
   const bool gathered = k1.tactic.family == Family::kW4a16Wgmma;
   if (gathered)

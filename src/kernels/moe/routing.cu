@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/launch.h"
 #include "kernels/moe/route_token.cuh"
 #include "kernels/moe/routing.cuh"
 
@@ -25,6 +26,12 @@ __device__ __forceinline__ void store_routing(const RoutingParams& p, int tok, i
 __device__ __forceinline__ void launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+// The results of the previous kernel (a no-op unless launched as a programmatic dependent).
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
 
@@ -139,6 +146,7 @@ __device__ __forceinline__ RouteChunk route_chunk(const RoutingParams& p, int ch
 template <int kPerLane>
 __global__ void __launch_bounds__(kRouteThreads) route_and_count_chunk(const RoutingParams p, int chunk_tokens) {
   __shared__ int counts[kMaxRoutedExperts + 1];
+  launch_dependents();  // place_chunk's CTAs, resident while this runs, wait for its counts
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int groups = p.experts + (p.shared_expert ? 1 : 0);
   const RouteChunk ch = route_chunk(p, chunk_tokens);
@@ -165,6 +173,7 @@ __global__ void __launch_bounds__(kRouteThreads) place_chunk(const RoutingParams
   __shared__ int warp_sums[kRouteWarps];
   __shared__ int cursor[kRouteWarps][kMaxRoutedExperts + 1];  // per warp: its count, then its next row
   launch_dependents();
+  wait_for_previous_kernel();  // every chunk's counts and routing (route_and_count_chunk)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int groups = p.experts + (p.shared_expert ? 1 : 0);
   const int chunks = gridDim.x;
@@ -251,7 +260,7 @@ void check_routing_shape(int experts, int top_k, int n_group, int topk_group) {
                " invalid (n_group <= 32 must divide the experts)");
 }
 
-void launch_routing(const RoutingParams& p, cudaStream_t stream) {
+void launch_routing(const RoutingParams& p, cudaStream_t stream, bool pdl) {
   check_routing_shape(p.experts, p.top_k, p.n_group, p.topk_group);
   if (p.tokens == 0) return;
   if (p.tokens <= kSingleCtaRoutingTokens) {
@@ -270,8 +279,7 @@ void launch_routing(const RoutingParams& p, cudaStream_t stream) {
   if (p.experts <= 256) route_and_count_chunk<8><<<chunks, kRouteThreads, 0, stream>>>(p, chunk_tokens);
   else route_and_count_chunk<kMaxRoutedExperts / 32><<<chunks, kRouteThreads, 0, stream>>>(p, chunk_tokens);
   FP4MOE_CUDA_CHECK_LAUNCH();
-  place_chunk<<<chunks, kRouteThreads, 0, stream>>>(p, chunk_tokens);
-  FP4MOE_CUDA_CHECK_LAUNCH();
+  launch_kernel(&place_chunk, dim3(chunks), dim3(kRouteThreads), 0, pdl, stream, p, chunk_tokens);
 }
 
 }  // namespace fp4moe::kernels

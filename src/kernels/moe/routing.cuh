@@ -53,8 +53,10 @@ inline constexpr int routing_scratch_ints(int experts) { return kMaxRouteChunks 
 // kernels). The permutation is deterministic: an expert's rows are its (token, slot) pairs in
 // token order, whatever order the threads ran in (the GEMMs' token tiles, and with them the
 // decode family's stream-K cuts, follow the rows: rows placed by atomic arrival made the output's
-// bits vary between runs). Checks the launch errors; never synchronizes.
-void launch_routing(const RoutingParams& p, cudaStream_t stream);
+// bits vary between runs). pdl (sm_90+): the second kernel is a programmatic dependent launch of
+// the first, its CTAs resident while the first routes (its launch off the layer's critical path).
+// Checks the launch errors; never synchronizes.
+void launch_routing(const RoutingParams& p, cudaStream_t stream, bool pdl);
 
 // The routing's own limits (one warp routes a token: top_k <= 32 lanes, n_group <= 32 lanes,
 // experts <= kMaxRoutedExperts); an Error naming the one broken. Checked by launch_routing and,
