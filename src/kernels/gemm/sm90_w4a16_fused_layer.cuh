@@ -247,6 +247,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
   int* const ctr = p.ws.counters;
   const int rows_pad2 = p.fc2.rowtiles * 16;
   for (int i = tid; i < (groups + 31) / 32; i += Tr::kThreads) bitmap[i] = 0;
+  // Columns a group does not serve keep -1; the routing writes the others.
+  for (int i = tid; i < kFusedTokens * fused_max_active(groups, kFusedTokens, slots); i += Tr::kThreads) col_slot[i] = -1;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::sm90::mbarrier_init(&full[s], 1);
@@ -437,37 +439,30 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
       }
     }
     consumer_sync();
-    // Active groups: the shared expert first (its items are the first tickets), then the chosen
-    // routed experts ascending; per (active group, column) the column's slot; per pair its group.
-    if (cw == 0) {
-      int A = 0;
-      if (shared) {
-        if (lane == 0) active[0] = E;
-        A = 1;
-      }
-      for (int base = 0; base < E; base += 32) {
-        const bool on = base + lane < E && ((bitmap[base >> 5] >> lane) & 1u);
-        const unsigned ballot = __ballot_sync(0xffffffffu, on);
-        if (on) active[A + __popc(ballot & ((1u << lane) - 1u))] = base + lane;
-        A += __popc(ballot);
-      }
-      if (lane == 0) *active_count = A;
-    }
-    consumer_sync();
+    // The tables from the bitmap, every entry by itself: the active groups are the shared
+    // expert first (its items are the first tickets), then the chosen routed experts ascending,
+    // so a routed expert's index among them is its rank in the bitmap (popcounts); per pair its
+    // group, per (active group, column) the column's slot. (One warp listing the groups, then
+    // a search per entry, was two CTA barriers and two loops longer in the routing's chain.)
     {
-      const int A = *active_count;
-      for (int i = ctid; i < A * kFusedTokens; i += Tr::kConsumers) {
-        const int a = i / kFusedTokens, n = i % kFusedTokens;
-        int s2 = -1;
-        if (n < T)
-          for (int s = 0; s < slots; ++s)
-            if (pair_ids[n * slots + s] == active[a]) s2 = s;
-        col_slot[i] = static_cast<int8_t>(s2);
+      auto rank = [&](int e) {  // routed expert e chosen: its index among the active groups
+        int r = shared ? 1 : 0;
+        for (int w = 0; w < (e >> 5); ++w) r += __popc(bitmap[w]);
+        return r + __popc(bitmap[e >> 5] & ((1u << (e & 31)) - 1u));
+      };
+      for (int e = ctid; e < E; e += Tr::kConsumers)
+        if ((bitmap[e >> 5] >> (e & 31)) & 1u) active[rank(e)] = e;
+      if (ctid == 0) {
+        int A = shared ? 1 : 0;
+        for (int w = 0; w < (E + 31) / 32; ++w) A += __popc(bitmap[w]);
+        if (shared) active[0] = E;
+        *active_count = A;
       }
       for (int i = ctid; i < T * slots; i += Tr::kConsumers) {
-        int a = 0;
-        while (a + 1 < A && active[a] != pair_ids[i]) ++a;
+        const int e = pair_ids[i], n = i / slots;
+        const int a = e == E ? 0 : rank(e);  // group E: the shared expert's slot
         pair_a[i] = a;
+        col_slot[a * kFusedTokens + n] = static_cast<int8_t>(i - n * slots);
       }
     }
     consumer_sync();
