@@ -219,15 +219,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
       int id;
       float w;
       routing_device::route_token<kGemvPerLane, /*kSorted=*/true>(rp, tok, lane, id, w);
-      if (lane < K_top) {
-        pair_ids[tok * slots + lane] = id;
-        pair_w[tok * slots + lane] = w;
-        atomicOr(&bitmap[id >> 5], 1u << (id & 31));
-        if (blockIdx.x == 0) {
-          rp.topk_ids[tok * K_top + lane] = id;
-          rp.topk_weights[tok * K_top + lane] = w;
-        }
-      }
+      routing_device::keep_routed_pair(rp, K_top, slots, tok, lane, id, w, pair_ids, pair_w, bitmap);
     }
     if (routing_warps == kWarps) stage_b(0);
   } else {

@@ -46,6 +46,7 @@
 #include "fp4moe/tactic.h"
 #include "kernels/common/dequant_nvfp4.cuh"
 #include "kernels/common/fragment_order.h"
+#include "kernels/common/mma_half_chunk.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/gemm/grouped_units.cuh"
 #include "kernels/gemm/w4a16_params.h"
@@ -369,21 +370,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
           uint4 b[kNt];
 #pragma unroll
           for (int j = 0; j < kNt; ++j) b[j] = ptx::ld_shared_v4(bst + j * 8 * 512);
-#pragma unroll
-          for (int s2 = 0; s2 < 2; ++s2) {
-            const int step = 2 * h + s2;
-#pragma unroll
-            for (int r = 0; r < kRpw; ++r) {
-              const uint32_t w = step == 0 ? aw[r].x : step == 1 ? aw[r].y : step == 2 ? aw[r].z : aw[r].w;
-              uint32_t a[4];
-              dequant_a_fragment(w, sc[r], a);
-#pragma unroll
-              for (int j = 0; j < kNt; ++j) {
-                if (s2 == 0) ptx::mma_bf16_m16n8k16(acc[r][j], a, b[j].x, b[j].y);
-                else ptx::mma_bf16_m16n8k16(acc[r][j], a, b[j].z, b[j].w);
-              }
-            }
-          }
+          mma_half_chunk(acc, aw, sc, b, h);
         }
       }
     }

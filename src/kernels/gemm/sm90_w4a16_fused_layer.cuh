@@ -61,6 +61,7 @@
 
 #include "fp4moe/tactic.h"
 #include "kernels/common/dequant_nvfp4.cuh"
+#include "kernels/common/mma_half_chunk.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
 #include "kernels/gemm/fused_params.h"
@@ -424,15 +425,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
       int id;
       float w;
       routing_device::route_token<8, /*kSorted=*/true>(rp, tok, lane, id, w);
-      if (lane < K_top) {
-        pair_ids[tok * slots + lane] = id;
-        pair_w[tok * slots + lane] = w;
-        atomicOr(&bitmap[id >> 5], 1u << (id & 31));
-        if (blockIdx.x == 0) {
-          rp.topk_ids[tok * K_top + lane] = id;
-          rp.topk_weights[tok * K_top + lane] = w;
-        }
-      }
+      routing_device::keep_routed_pair(rp, K_top, slots, tok, lane, id, w, pair_ids, pair_w, bitmap);
       if (shared && lane == 0) {
         pair_ids[tok * slots + K_top] = E;
         pair_w[tok * slots + K_top] = 1.0f;
@@ -534,11 +527,11 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
         const FusedGemm& gm = fc1 ? p.fc1 : p.fc2;
         const float ka = __ldg(gm.scale_a + it.e) * kDequantEpilogueFactor;
         const float kb = fc1 ? __ldg(gm.scale_b + it.e) * kDequantEpilogueFactor : 0.0f;
-        float acc[kRpw][4];
+        float acc[kRpw][1][4];  // one n8 tile: the batch
 #pragma unroll
         for (int r = 0; r < kRpw; ++r)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) acc[r][i] = 0.0f;
+          for (int i = 0; i < 4; ++i) acc[r][0][i] = 0.0f;
         for (int j = 0; j < it.nkg; ++j) {
           ptx::sm90::mbarrier_wait(&full[slot], phase);
 #if FP4MOE_FUSED_TRACE
@@ -560,26 +553,15 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               // B: token g, K 64c + 16t + 8h + [0, 8): x, y feed MMA step 2h, z, w step 2h + 1.
-              const uint4 b = ptx::ld_shared_v4(st + b_lane + c * 128 + h * 16);
-#pragma unroll
-              for (int s2 = 0; s2 < 2; ++s2) {
-                const int step = 2 * h + s2;
-#pragma unroll
-                for (int r = 0; r < kRpw; ++r) {
-                  const uint32_t w = step == 0 ? aw[r].x : step == 1 ? aw[r].y : step == 2 ? aw[r].z : aw[r].w;
-                  uint32_t af[4];
-                  dequant_a_fragment(w, sc[r], af);
-                  if (s2 == 0) ptx::mma_bf16_m16n8k16(acc[r], af, b.x, b.y);
-                  else ptx::mma_bf16_m16n8k16(acc[r], af, b.z, b.w);
-                }
-              }
+              const uint4 b[1] = {ptx::ld_shared_v4(st + b_lane + c * 128 + h * 16)};
+              mma_half_chunk(acc, aw, sc, b, h);
             }
           }
           __syncwarp();
           if (lane == 0) ptx::sm90::mbarrier_arrive(&empty[slot]);
           if (++slot == kStages) slot = 0, phase ^= 1;
         }
-        // acc[r][i]: block row 16 (rt_warp + r) + g (+8 for i >= 2), token n = 2t + (i & 1).
+        // acc[r][0][i]: block row 16 (rt_warp + r) + g (+8 for i >= 2), token n = 2t + (i & 1).
         if (fc1 && it.nkc > 1) {
           // This chunk's partial tile; the epilogue warp of the last chunk to arrive sums them.
           float* part = p.ws.fc1_part +
@@ -589,11 +571,11 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               const int row = 16 * (rt_warp + r) + g + 8 * (i >> 1), n = 2 * t + (i & 1);
-              if (n < T) part[row * T + n] = acc[r][i];
+              if (n < T) part[row * T + n] = acc[r][0][i];
             }
         } else if (fc1) {
           // Row tile q holds gate rows 8q..8q+7 (tile rows 0-7) and up rows 8q..8q+7 (8-15):
-          // acc[..][0..1] gate, acc[..][2..3] the matching up, act column 8q + g. Every token
+          // acc[..][0][0..1] gate, acc[..][0][2..3] the matching up, act column 8q + g. Every token
           // takes the shared expert, in slot K_top (its item may come before the tables).
           const int act_cols = p.fc1.rows / 2;
           const bool shared_item = shared && it.a == 0;
@@ -607,7 +589,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
               const int s = shared_item ? K_top : col_slot[it.a * kFusedTokens + n];
               if (s >= 0)
                 p.act[(static_cast<int64_t>(n) * slots + s) * p.act_stride + col] =
-                    w4a16::to_bf16_bits(w4a16::silu(acc[r][i] * ka) * (acc[r][i + 2] * kb));
+                    w4a16::to_bf16_bits(w4a16::silu(acc[r][0][i] * ka) * (acc[r][0][i + 2] * kb));
             }
           }
         } else {
@@ -620,7 +602,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
               const int row = (it.rb * kRowTiles + rt_warp + r) * 16 + g + 8 * (i >> 1), n = 2 * t + (i & 1);
               if (n >= T || row >= p.fc2.rows) continue;
               const int s = col_slot[it.a * kFusedTokens + n];
-              if (s >= 0) part[static_cast<int64_t>(row) * T + n] = acc[r][i] * (pair_w[n * slots + s] * ka);
+              if (s >= 0) part[static_cast<int64_t>(row) * T + n] = acc[r][0][i] * (pair_w[n * slots + s] * ka);
             }
         }
       }

@@ -5,6 +5,7 @@
 
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/launch.h"
+#include "kernels/gemm/grouped_units.cuh"
 #include "kernels/moe/route_token.cuh"
 #include "kernels/moe/routing.cuh"
 
@@ -21,19 +22,11 @@ __device__ __forceinline__ void store_routing(const RoutingParams& p, int tok, i
   }
 }
 
-// Let the dependent kernel (FC1, launched with programmatic stream serialization) get its CTAs
-// resident while the routing runs; it waits for our results with griddepcontrol.wait.
-__device__ __forceinline__ void launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-// The results of the previous kernel (a no-op unless launched as a programmatic dependent).
-__device__ __forceinline__ void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
+// Programmatic dependent launch (w4a16::griddep_*): the dependent kernel (FC1, or place_chunk
+// after route_and_count_chunk) gets its CTAs resident while this one runs and waits for its
+// results with griddepcontrol.wait.
+using w4a16::griddep_launch_dependents;
+using w4a16::griddep_wait;
 
 // Exclusive scan of counts[0..n) into out[0..n] by one CTA (n <= a few thousand).
 __device__ void block_exclusive_scan(const int* counts, int n, int* out, int* warp_sums) {
@@ -78,7 +71,7 @@ __global__ void __launch_bounds__(single_cta_threads<kPerLane>(), 1) route_permu
   // earlier tokens with that expert's bit set (token order, without an atomic's arrival order).
   constexpr int kMaskWords = kMaxRoutedExperts / 32;
   __shared__ unsigned chose[kSingleCtaRoutingTokens][kMaskWords];
-  launch_dependents();
+  griddep_launch_dependents();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
   const int groups = p.experts + (p.shared_expert ? 1 : 0);
   const int words = (p.experts + 31) >> 5;
@@ -146,7 +139,7 @@ __device__ __forceinline__ RouteChunk route_chunk(const RoutingParams& p, int ch
 template <int kPerLane>
 __global__ void __launch_bounds__(kRouteThreads) route_and_count_chunk(const RoutingParams p, int chunk_tokens) {
   __shared__ int counts[kMaxRoutedExperts + 1];
-  launch_dependents();  // place_chunk's CTAs, resident while this runs, wait for its counts
+  griddep_launch_dependents();  // place_chunk's CTAs, resident while this runs, wait for its counts
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int groups = p.experts + (p.shared_expert ? 1 : 0);
   const RouteChunk ch = route_chunk(p, chunk_tokens);
@@ -172,8 +165,8 @@ __global__ void __launch_bounds__(kRouteThreads) place_chunk(const RoutingParams
   __shared__ int offsets[kMaxRoutedExperts + 2];
   __shared__ int warp_sums[kRouteWarps];
   __shared__ int cursor[kRouteWarps][kMaxRoutedExperts + 1];  // per warp: its count, then its next row
-  launch_dependents();
-  wait_for_previous_kernel();  // every chunk's counts and routing (route_and_count_chunk)
+  griddep_launch_dependents();
+  griddep_wait();  // every chunk's counts and routing (route_and_count_chunk)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int groups = p.experts + (p.shared_expert ? 1 : 0);
   const int chunks = gridDim.x;
