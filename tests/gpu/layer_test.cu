@@ -14,7 +14,8 @@
 //     small-batch family's in-kernel routing);
 //   - bitwise identical output across repeated runs, in place (out = hidden), and with calls on
 //     two streams or from two threads (ordered as if made one after another); two layers whose
-//     prefill batches overlap on two streams finish;
+//     prefill batches overlap on two streams finish; decode batches of different inputs back to
+//     back equal their runs alone;
 // The reference is given the GPU's own routing (ids and weights), so a near-tie that float32
 // and float64 rank differently cannot fail a GEMM test; routing has its own test.
 #include <gtest/gtest.h>
@@ -397,6 +398,45 @@ TEST(GpuLayer, RepeatedRunsAreBitwiseIdentical) {
       const RunResult b = run_layer(*c.layer, in.hidden, in.logits, tokens, &in.plan);
       ASSERT_EQ(a.out, b.out) << "T=" << tokens << " run " << rep;
     }
+  }
+}
+
+// Decode batches of different inputs back to back on one stream, no host wait between them:
+// each launch of a call waits for what the one before it wrote (on sm_90+ the GEMMs' CTAs are
+// resident while the launch before them runs), so FC2 reading act rows before FC1 wrote them
+// would read the previous batch's. Every output equals its batch run alone, bit for bit.
+TEST(GpuLayer, BackToBackDecodeBatchesEqualTheirRunsAlone) {
+  FP4MOE_REQUIRE_GPU();
+  const MoeConfig cfg = sigmoid_config("back-to-back", 1536, 512, 64, 8);  // decode plans up to 8 tokens per expert
+  LayerCase c = make_case(cfg, 103);
+  const int64_t sizes[] = {4, 24, 64};
+  for (int64_t tokens : sizes) {
+    constexpr int kInputs = 3, kCalls = 9;
+    std::vector<Batch> in;
+    std::vector<std::vector<uint16_t>> want;
+    std::vector<DeviceBuffer> dh, dl, dout;
+    for (int i = 0; i < kInputs; ++i) {
+      in.push_back(make_batch(c, tokens, 300 + 7 * tokens + i));
+      ASSERT_EQ(in[i].plan.fc1.family, Family::kW4a16Mma) << "T=" << tokens;
+      ASSERT_EQ(in[i].plan.fc2.family, Family::kW4a16Mma) << "T=" << tokens;
+      const RunResult r = run_layer(*c.layer, in[i].hidden, in[i].logits, tokens, &in[i].plan);
+      const test::Comparison cmp = check_against_reference(c.weights, in[i].hidden, tokens, r);
+      EXPECT_EQ(cmp.non_finite, 0);
+      EXPECT_LT(cmp.rel_frobenius, kTolerance) << "T=" << tokens << " input " << i;
+      want.push_back(r.out);
+      dh.push_back(test::to_device(test::to_bf16_bits(in[i].hidden)));
+      dl.push_back(test::to_device(in[i].logits));
+    }
+    for (int j = 0; j < kCalls; ++j) dout.emplace_back(tokens * cfg.hidden * 2);
+    for (auto& o : dout) test::poison(o);
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    for (int j = 0; j < kCalls; ++j) {
+      const int i = j % kInputs;
+      c.layer->forward(dh[i].get<uint16_t>(), dl[i].get<float>(), tokens, dout[j].get<uint16_t>(), nullptr, &in[i].plan);
+    }
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+    for (int j = 0; j < kCalls; ++j)
+      EXPECT_EQ(test::to_host<uint16_t>(dout[j], tokens * cfg.hidden), want[j % kInputs]) << "T=" << tokens << " call " << j;
   }
 }
 
