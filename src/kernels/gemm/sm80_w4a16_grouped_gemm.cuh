@@ -218,9 +218,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
   uint32_t w_valid = 0;            // bit i: copy i's row tile exists
   const uint8_t* s_src = nullptr;
   bool s_valid = false;
-  // Token copy i: its source (token row + this thread's 8 elements, at the K group loaded next;
-  // advanced by one K group per stage; row 0 for tokens past the unit's, which copy nothing) and
-  // its destination in a stage, fixed: the swizzled unit (t_unit & ~7) | ((t_unit ^ n) & 7).
+  // Token copy i: its source (token row + this thread's 8 elements at K group 0; row 0 for tokens
+  // past the unit's, which copy nothing) and its destination in a stage, fixed: the swizzled
+  // unit (t_unit & ~7) | ((t_unit ^ n) & 7).
   const uint16_t* t_src[kTCopies];
   uint32_t t_valid = 0;
   uint32_t t_dst[kTCopies];
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
       const int n = t_n0 + i * kTStep;
       const bool v = n < uu.ntok;
       const int64_t xr = !v ? 0 : p.gather ? __ldg(p.gather + uu.tok0 + n) : uu.tok0 + n;
-      t_src[i] = p.x + xr * p.x_stride + l_kg * 256 + t_unit * 8;
+      t_src[i] = p.x + xr * p.x_stride + t_unit * 8;
       t_valid |= (v ? 1u : 0u) << i;
     }
   };
@@ -291,14 +291,23 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
 #pragma unroll
       for (int i = 0; i < kTCopies; ++i) {
         const bool v = ((t_valid >> i) & 1u) && k_ok;
-        ptx::cp_async_16(st + t_dst[i], k_ok ? t_src[i] : p.x, v);
-        t_src[i] += 256;
+        ptx::cp_async_16(st + t_dst[i], k_ok ? t_src[i] + kg * 256 : p.x, v);
       }
       --l_left;
       if (++l_kg == KG) {
         l_kg = 0;
+        // The expert's next row block over the same (its only) token tile: the same token rows,
+        // the weights and scales one row block on - not enter_unit's ~60 instructions a warp,
+        // which at one K group a unit (glm5-tp8's FC2) come with every stage.
+        const bool next_rows = kBulk && lcur.tiles == 1 && lcur.u + 1 < lcur.end;
         lcur.next(p, prefix);
-        l_entered = false;
+        if (next_rows) {
+          w_src += kRowTiles * 2048;
+          s_src += kRowTiles * 256;
+          bulk_rowtiles = static_cast<uint32_t>(min(kRowTiles, p.rowtiles - lcur.rb * kRowTiles));
+        } else {
+          l_entered = false;
+        }
       }
     }
     ptx::cp_async_commit();  // possibly empty: keeps the group count in step
