@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "fp4moe/hw.h"
 #include "fp4moe/synthetic.h"
 #include "gpu_test_util.h"
 #include "kernels/moe/routing.cuh"
@@ -59,10 +60,7 @@ TEST_P(GpuRouting, MatchesReferenceAndPermutationIsConsistent) {
   p.chunk_counts = chunk_counts.get<int>();
   // As the layer launches it: on sm_90+ the multi-CTA path's second kernel is a programmatic
   // dependent launch of the first, which it must wait for.
-  int device = 0, major = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  kernels::launch_routing(p, nullptr, /*pdl=*/major >= 9);
+  kernels::launch_routing(p, nullptr, /*pdl=*/query_cuda_environment().devices[0].sm >= 90);
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
 
   const Routing ref = route_reference(c.cfg, logits, T, E,

@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
         if (next_rows) {
           w_src += kRowTiles * 2048;
           s_src += kRowTiles * 256;
-          bulk_rowtiles = static_cast<uint32_t>(min(kRowTiles, p.rowtiles - lcur.rb * kRowTiles));
+          bulk_rowtiles = block_rowtiles(lcur.unit());
         } else {
           l_entered = false;
         }

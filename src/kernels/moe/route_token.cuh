@@ -223,10 +223,11 @@ __device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_i
   }
 }
 
-// Lane j < k (p.top_k, as the caller holds it) of the warp that routed token `tok` (route_token's id and w for slot j): the pair
-// into the CTA's own tables - [token][slot] experts and weights, the bitmap of the batch's chosen
-// experts - and, from CTA 0 only, into the routing's outputs. For the kernels that route their
-// whole batch in every CTA (w4a16_gemv's FC1, w4a16_fused).
+// Lane j < k (p.top_k, as the caller holds it) of the warp that routed token `tok`, holding
+// route_token's id and w for slot j: the pair into the CTA's own tables - [token][slot] experts
+// and weights, the bitmap of the batch's chosen experts - and, from CTA 0 only, into the
+// routing's outputs. For the kernels that route their whole batch in every CTA (w4a16_gemv's
+// FC1, w4a16_fused).
 __device__ __forceinline__ void keep_routed_pair(const RoutingParams& p, int k, int slots, int tok, int lane, int id,
                                                  float w, int* pair_ids, float* pair_w, unsigned* bitmap) {
   if (lane >= k) return;
