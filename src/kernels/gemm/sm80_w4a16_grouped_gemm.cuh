@@ -506,20 +506,27 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
       // summing it, cost 3 CTA barriers, a fence and an atomic round trip per unit: FC2 took
       // 287 / 618 / 931 us at T = 16 / 64 / 256 (glm5, H200) against 247 / 540 / 733 us in two
       // phases.
-      // One bf16 per store: the paired 32-bit stores of the prefill family
-      // (store_row_pair_bf16) need a shuffle and two more live values per pair, and the 64-token
-      // tile, at 128 registers, spilled with them.
+      // Each 8 x 8 block (8 rows, 8 tokens) is transposed across the warp (movmatrix, as in the
+      // prefill family), after which lane (g, t) holds rows 2t, 2t + 1 (lo) and 8 + 2t, + 1 (hi)
+      // of its row tile for token 8 j' + g: two 32-bit stores per block and lane under one
+      // predicate, where a 16-bit store per value, each with its own row and token test and
+      // 64-bit address, took ~100 instructions a warp per unit - and at glm5-tp8's K = 256 every
+      // K group ends a unit. rows is a multiple of 16: a row tile is inside the matrix or wholly
+      // past it. movmatrix needs every lane of the warp: only the stores are predicated.
 #pragma unroll
-      for (int r = 0; r < kRpw; ++r)
+      for (int j = 0; j < kNt; ++j) {
+        const int n = (warp_tok * kNt + j) * 8 + g;  // this lane's token after the transposition
+        uint16_t* dst = p.rows_out + static_cast<int64_t>(cu.tok0 + n) * p.rows + rt_base * 16 + 2 * t;
 #pragma unroll
-        for (int j = 0; j < kNt; ++j)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int n = (warp_tok * kNt + j) * 8 + 2 * t + (i & 1);
-            const int row = (rt_base + r) * 16 + g + (i >> 1) * 8;
-            if (n < cu.ntok && row < p.rows)
-              p.rows_out[static_cast<int64_t>(cu.tok0 + n) * p.rows + row] = w4a16::to_bf16_bits(acc[r][j][i] * ka);
+        for (int r = 0; r < kRpw; ++r) {
+          const uint32_t lo = ptx::movmatrix_trans(w4a16::pack_bf16x2(acc[r][j][0] * ka, acc[r][j][1] * ka));
+          const uint32_t hi = ptx::movmatrix_trans(w4a16::pack_bf16x2(acc[r][j][2] * ka, acc[r][j][3] * ka));
+          if (n < cu.ntok && (rt_base + r) * 16 < p.rows) {
+            reinterpret_cast<uint32_t*>(dst + r * 16)[0] = lo;
+            reinterpret_cast<uint32_t*>(dst + r * 16 + 8)[0] = hi;
           }
+        }
+      }
     }
     zero_acc();
   }
