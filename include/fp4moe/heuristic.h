@@ -104,6 +104,21 @@ inline constexpr double kPrefillWideRowsMaxPadding = 0.05;
 // 256, -14% at 512.
 inline constexpr double kPrefillFourWarpgroupsN128MaxTokens = 104;
 
+// Within that band, wide experts' GEMMs whose rows the 192-row blocks fit (glm5's FC1 and FC2,
+// not glm5-tp8's) take the three-warpgroup 192 x 176 tile with 128 K a stage from
+// kPrefillThreeWarpgroupsMinTokens: the 256 x 128 tile was measured against that tile's 64-K form,
+// and the 128-K form with its width chosen once per unit has since overtaken it at the top of the
+// band. Both GEMMs forced, three rounds in one call (H200, glm5, per GEMM in plain launches,
+// 256 x 128 against 192 x 176, us): mean 56 (T = 1792) FC1 1905-1966 against 1891-1969, FC2
+// 1069-1107 against 1101-1144; 64 FC1 2067-2068 against 2037-2056, FC2 1157-1164 against
+// 1191-1201; 72 FC1 2158-2181 against 2151-2173, FC2 1220-1231 against 1267-1278; 80 FC1
+// 2264-2305 against 2209-2262, FC2 1284-1292 against 1306-1335; 96 FC1 2598-2610 against
+// 2400-2427, FC2 1467-1471 against 1435-1446. With 192 x 176 for FC1 alone at 80 (T = 2560), two
+// rounds in another call: FC1 2233/2234 against 2306/2353, but FC2 (the same 256 x 128 tile in
+// both) 1345/1345 against 1305/1322 and the layer in the CUDA graph 3698/3767 against 3534/3656
+// - not taken; at 96 (T = 3072, both GEMMs on it) the layer 3967/4095 against 4115/4151.
+inline constexpr double kPrefillThreeWarpgroupsMinTokens = 96;
+
 // From kPrefillFourWarpgroupsN128MaxTokens up to kPrefillThreeWarpgroupsN144MaxTokens (not
 // included) the 192-row tile with 144 tokens (m192n144:s7:w16) where the 192-row tiles' rows fit:
 // its 72 accumulators leave room for two buffers of A fragments (the 176-token tile has one and

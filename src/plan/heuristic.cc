@@ -42,7 +42,10 @@ Tactic prefill_tactic(const MoeConfig& cfg, double mean, Epilogue ep) {
   if (mean < kPrefillN128MinTokens && rows_fit(256))
     return narrow_fc2 ? Tactic{Family::kW4a16Wgmma, 256, 64, 128, 6, 20, 1, ep, false}
                       : Tactic{Family::kW4a16Wgmma, 256, 64, 256, 3, 20, 1, ep, false};
-  if (mean >= kPrefillN128MinTokens && rows_fit(256) && (mean < kPrefillFourWarpgroupsN128MaxTokens || narrow_fc2))
+  // From this mean the 192 x 176 tile below overtakes the 256 x 128 one for wide experts.
+  const bool n176_first = !narrow_experts(cfg) && rows_fit(192) && mean >= kPrefillThreeWarpgroupsMinTokens;
+  if (mean >= kPrefillN128MinTokens && rows_fit(256) && !n176_first &&
+      (mean < kPrefillFourWarpgroupsN128MaxTokens || narrow_fc2))
     return Tactic{Family::kW4a16Wgmma, 256, 128, 64, 7, 20, 1, ep, false};
   if (mean >= kPrefillFourWarpgroupsN128MaxTokens && mean < kPrefillThreeWarpgroupsN144MaxTokens && rows_fit(192))
     return Tactic{Family::kW4a16Wgmma, 192, 144, 64, 7, 16, 1, ep, false};

@@ -74,13 +74,19 @@ TEST(Heuristic, PlansOnTheH200) {
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1024, resolve_gpu("h200")).fc2),
             "w4a16_wgmma:m256n64k256:s3:w20:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 1791, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu");
-  // Means 56..103: the four-warpgroup 256 x 128 tile where its rows fit; from 104 the
-  // three-warpgroup 192-row tiles where their rows fit (glm5 FC1: 4096 rows, 3% padding; FC2:
-  // 6144, none), not for glm5-tp8's 512-row FC1 (12.5%).
+  // Means 56..103: the four-warpgroup 256 x 128 tile where its rows fit (for wide experts only
+  // up to 96, below); from 104 the three-warpgroup 192-row tiles where their rows fit (glm5 FC1:
+  // 4096 rows, 3% padding; FC2: 6144, none), not for glm5-tp8's 512-row FC1 (12.5%).
   EXPECT_EQ(fc1(glm5, 1792, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1792, resolve_gpu("h200")).fc2),
             "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
-  EXPECT_EQ(fc1(glm5, 3327, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 3071, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:swiglu");
+  EXPECT_EQ(format_tactic(heuristic_plan(glm5, 3071, resolve_gpu("h200")).fc2),
+            "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
+  // Wide experts leave the 256 x 128 tile for 192 x 176 from a mean of 96 (T = 3072).
+  EXPECT_EQ(fc1(glm5, 3072, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:swiglu");
+  EXPECT_EQ(format_tactic(heuristic_plan(glm5, 3327, resolve_gpu("h200")).fc2),
+            "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
   // 104..111: the 192 x 144 tile (two fragment buffers), then 192 x 176.
   EXPECT_EQ(fc1(glm5, 3328, "h200"), "w4a16_wgmma:m192n144k64:s7:w16:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 3328, resolve_gpu("h200")).fc2),
