@@ -7,8 +7,9 @@ usage: bench_json_test.py FP4MOE_BINARY SOURCE_DIR
     share of it included);
   - `fp4moe bench` without a GPU writes a file of the same schema;
   - the plot script draws both files;
-  - scripts/compare_families.py passes a dispatched run equal to its families, flags one that a
-    family alone beats by more than 5%, and takes each plan's fastest repeat.
+  - scripts/compare_families.py passes a dispatched run equal to its families, flags one that
+    another tile alone beats by more than 5%, takes each plan's fastest repeat and pools forced
+    repeats of the dispatched tactic pair with the dispatched runs.
 """
 import json
 import os
@@ -120,18 +121,25 @@ with tempfile.TemporaryDirectory() as tmp:
     check(q.returncode != 0 and "not an fp4moe bench file" in q.stderr, "plot: bad file not rejected")
 
     # compare_families.py on the recorded run: as its own family run (plan "fixed") no ratio
-    # exceeds 1; a forced run 10% faster at T = 4096 is a cliff, unless a repeat of the
-    # dispatched run is as fast (each plan's fastest repeat counts).
+    # exceeds 1; a forced run of another tile of the family 10% faster at T = 4096 is a cliff,
+    # unless a repeat of the dispatched run is as fast (each plan's fastest repeat counts); a
+    # forced run of the very tactic pair dispatched there is a repeat of the dispatched layer,
+    # pooled with it, never a cliff against itself.
     cmp_script = os.path.join(SRC, "scripts/compare_families.py")
     rec_path = os.path.join(SRC, "tests/data/bench_h200_glm5.json")
 
-    def variant(name, plan=None, faster_at=None):
+    def variant(name, plan=None, faster_at=None, other_tile=False):
         d = json.loads(json.dumps(rec))
         for r in d["rows"]:
             if plan:
                 r["ours"]["plan"] = plan
             if r["tokens"] == faster_at:
                 r["ours"]["median_us"] /= 1.10
+                if other_tile:
+                    for k in ("fc1_tactic", "fc2_tactic"):
+                        f = r["ours"][k].split(":")
+                        f[1] = "m8n8k8"  # a tile name no real plan holds
+                        r["ours"][k] = ":".join(f)
         path = os.path.join(tmp, name)
         with open(path, "w") as f:
             json.dump(d, f)
@@ -141,15 +149,20 @@ with tempfile.TemporaryDirectory() as tmp:
     q = subprocess.run([sys.executable, cmp_script, rec_path, forced], capture_output=True, text=True)
     check(q.returncode == 0 and "CLIFF" not in q.stdout and "| 4096 |" in q.stdout,
           f"compare_families: identical runs flagged: {q.stdout}")
-    fast_forced = variant("fast_forced.json", plan="fixed", faster_at=4096)
+    fast_forced = variant("fast_forced.json", plan="fixed", faster_at=4096, other_tile=True)
     q = subprocess.run([sys.executable, cmp_script, rec_path, fast_forced], capture_output=True, text=True)
     check(q.returncode == 1 and "| 4096 |" in q.stdout and "1.100 CLIFF" in q.stdout,
-          f"compare_families: a 10% faster family not flagged: {q.stdout}")
+          f"compare_families: a 10% faster tile not flagged: {q.stdout}")
     fast_dispatched = variant("fast_dispatched.json", faster_at=4096)
     q = subprocess.run([sys.executable, cmp_script, rec_path, fast_dispatched, fast_forced], capture_output=True,
                        text=True)
     check(q.returncode == 0 and "CLIFF" not in q.stdout,
           f"compare_families: the dispatched run's faster repeat not taken: {q.stdout}")
+    fast_same = variant("fast_same.json", plan="fixed", faster_at=4096)
+    q = subprocess.run([sys.executable, cmp_script, rec_path, fast_same], capture_output=True, text=True)
+    row = [l for l in q.stdout.splitlines() if l.startswith("| 4096 |")]
+    check(q.returncode == 0 and row and "pooled" in row[0] and "CLIFF" not in q.stdout,
+          f"compare_families: a faster repeat of the dispatched pair not pooled: {q.stdout}")
 
 if failures:
     print("\n".join(failures))
