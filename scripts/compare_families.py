@@ -54,7 +54,8 @@ def main(argv):
             if o.get("plan") != "fixed":
                 dispatched[t] = faster(dispatched.get(t), (o["median_us"], stage_sum(o)))
                 dispatched_pair[t] = pair(o)
-    best = {}  # (tokens, family) -> (graph us, stage-sum us, tile)
+    best = {}  # (tokens, family) -> (graph us, stage-sum us), fastest repeats
+    tile_of = {}  # (tokens, family) -> the tile of its fastest graph repeat
     pooled = set()
     for r in runs:
         for t, o in r.items():
@@ -64,15 +65,10 @@ def main(argv):
             if dispatched_pair.get(t) == pair(o):
                 dispatched[t] = faster(dispatched[t], sample)
                 pooled.add(t)
-            family = o["fc1_tactic"].split(":")[0]
-            tile = ":".join(o["fc1_tactic"].split(":")[1:4])
-            prev = best.get((t, family))
-            if prev is None or sample[0] < prev[0]:
-                best[(t, family)] = (sample[0], prev[1] if prev else None, tile)
-            if sample[1] is not None:
-                b = best[(t, family)]
-                if b[1] is None or sample[1] < b[1]:
-                    best[(t, family)] = (b[0], sample[1], b[2])
+            key = (t, o["fc1_tactic"].split(":")[0])
+            if key not in best or sample[0] < best[key][0]:
+                tile_of[key] = ":".join(o["fc1_tactic"].split(":")[1:4])
+            best[key] = faster(best.get(key), sample)
     families = sorted({f for _, f in best})
     print("| T | dispatched µs (fc1) | " + " | ".join(f"best {f} µs (tile)" for f in families) +
           " | dispatched / best | stage sums: dispatched / best |")
@@ -86,7 +82,7 @@ def main(argv):
         sums = [c[1] for c in cands if c[1] is not None]
         stage_ratio = (f"{dispatched[t][1] / min(sums):.3f}" if dispatched[t][1] is not None and sums else "-")
         cliff |= ratio > 1.05
-        cells = [f"{best[(t, f)][0]:.1f} ({best[(t, f)][2]})" if (t, f) in best else "-" for f in families]
+        cells = [f"{best[(t, f)][0]:.1f} ({tile_of[(t, f)]})" if (t, f) in best else "-" for f in families]
         fc1 = ":".join(dispatched_pair[t][0].split(":")[:2])
         note = " pooled" if t in pooled else ""
         print(f"| {t} | {dispatched[t][0]:.1f} ({fc1}){note} | " + " | ".join(cells) +
