@@ -95,14 +95,36 @@ inline constexpr double kPrefillWideRowsMaxPadding = 0.05;
 //
 // From kPrefillN128MinTokens up to kPrefillFourWarpgroupsN128MaxTokens (not included) the
 // 256-row, 128-token tile (m256n128:s7:w20: four consumer warpgroups, one fragment buffer)
-// where its rows fit as above, and for FC2 of narrow experts at every mean from
-// kPrefillN128MinTokens. Per GEMM in plain launches against the dispatched tiles, two rounds
+// where its rows fit as above (for narrow experts' FC1 up to
+// kPrefillFourWarpgroupsN128MaxTokensNarrow, below), and for FC2 of narrow experts at every mean
+// from kPrefillN128MinTokens but the 192 x 176 band below. Per GEMM in plain launches against the dispatched tiles, two rounds
 // (H200): glm5 FC1 -10% at 56, -9% at 64, -5% at 96, -1% at 104, +3% at 112 and +9.5% at 128
 // (an expert past 128 tokens takes a second, nearly empty unit that costs a whole
 // dequantization), FC2 -8%, -8%, -5%, level, +3%, +8%; glm5-tp8 FC1 (512 rows) -4% at 64, +5% at
 // 128; glm5-tp8 FC2 (K = 256) -9% at 64, -7.5% at 96, -4.5% at 128, -4 to -13% at 192, -16% at
 // 256, -14% at 512.
 inline constexpr double kPrefillFourWarpgroupsN128MaxTokens = 104;
+
+// Narrow experts (glm5-tp8) measured in that band again on the kernels of build 953acec (H200,
+// glm5-tp8, one tile forced against the dispatched plan, three rounds in one call, layer us in
+// the CUDA graph). FC1 (512 rows) keeps the 256 x 128 tile up to
+// kPrefillFourWarpgroupsN128MaxTokensNarrow (not included) instead of taking the 128 x 256 one
+// from 104: T = 3328 (mean 104) 845.0/846.4/844.4 against 901.0/897.2/898.6 (FC1 341 against
+// 394 in plain launches), T = 3584 (112) 913.0/914.8/912.2 against 941.0/941.8/941.2, T = 4096
+// (128) 1039.3/1038.6/1037.3 against 1033.5/1034.4/1033.3, T = 5376-6144 2.5-4% slower.
+// FC2 (K = 256: a unit is two stages of 128 K) takes the 192 x 176 tile (m192n176k128:s3:w16)
+// from kPrefillNarrowFc2N176MinTokens up to kPrefillNarrowFc2N176MaxTokens (not included),
+// where its 256 x 128 tile took every mean from 56: T = 3072 (96) 802.4/802.6/800.7 against
+// 792.7/791.4/795.1, T = 3328 (104) 897.3/896.8/894.1 against 901.0/897.2/898.6, T = 3584 (112)
+// 930.3/929.4/930.3 against 941.3/942.3/940.5, T = 4096 (128) 1006.4/1005.6/1006.5 against
+// 1034.1/1033.4/1032.2 (FC2 421-430 against 447-452), T = 5120 (160) 1194.0/1198.3/1194.5
+// against 1214.5/1214.9/1214.9, T = 5632 (176) 1307.0/1303.0/1306.1 against
+// 1316.8/1316.4/1313.7, T = 6144 (192) 1415.6/1420.5/1419.4 against 1405.1/1406.6/1407.4 (the
+// experts past 176 tokens take a second unit), T = 7168 (224) and 8192 (256) level to 1.5%
+// slower, T = 16384 level.
+inline constexpr double kPrefillFourWarpgroupsN128MaxTokensNarrow = 128;
+inline constexpr double kPrefillNarrowFc2N176MinTokens = 104;
+inline constexpr double kPrefillNarrowFc2N176MaxTokens = 184;
 
 // Within that band, wide experts' GEMMs whose rows the 192-row blocks fit (glm5's FC1 and FC2,
 // not glm5-tp8's) take the three-warpgroup 192 x 176 tile with 128 K a stage from

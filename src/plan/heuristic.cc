@@ -42,11 +42,18 @@ Tactic prefill_tactic(const MoeConfig& cfg, double mean, Epilogue ep) {
   if (mean < kPrefillN128MinTokens && rows_fit(256))
     return narrow_fc2 ? Tactic{Family::kW4a16Wgmma, 256, 64, 128, 6, 20, 1, ep, false}
                       : Tactic{Family::kW4a16Wgmma, 256, 64, 256, 3, 20, 1, ep, false};
-  // From this mean the 192 x 176 tile below overtakes the 256 x 128 one for wide experts.
+  // From this mean the 192 x 176 tile below overtakes the 256 x 128 one for wide experts; for
+  // narrow experts' FC2 within a band of means (one K group a unit; past it, experts spill
+  // beyond 176 tokens).
   const bool n176_first = !narrow_experts(cfg) && rows_fit(192) && mean >= kPrefillThreeWarpgroupsMinTokens;
-  if (mean >= kPrefillN128MinTokens && rows_fit(256) && !n176_first &&
-      (mean < kPrefillFourWarpgroupsN128MaxTokens || narrow_fc2))
+  const bool narrow_fc2_n176 = narrow_fc2 && rows_fit(192) && mean >= kPrefillNarrowFc2N176MinTokens &&
+                               mean < kPrefillNarrowFc2N176MaxTokens;
+  const double n128_max = narrow_experts(cfg) ? kPrefillFourWarpgroupsN128MaxTokensNarrow
+                                              : kPrefillFourWarpgroupsN128MaxTokens;
+  if (mean >= kPrefillN128MinTokens && rows_fit(256) && !n176_first && !narrow_fc2_n176 &&
+      (mean < n128_max || narrow_fc2))
     return Tactic{Family::kW4a16Wgmma, 256, 128, 64, 7, 20, 1, ep, false};
+  if (narrow_fc2_n176) return Tactic{Family::kW4a16Wgmma, 192, 176, 128, 3, 16, 1, ep, false};
   if (mean >= kPrefillFourWarpgroupsN128MaxTokens && mean < kPrefillThreeWarpgroupsN144MaxTokens && rows_fit(192))
     return Tactic{Family::kW4a16Wgmma, 192, 144, 64, 7, 16, 1, ep, false};
   // Where 192-row blocks pad the rows, the band in which most experts spill just past 176 tokens

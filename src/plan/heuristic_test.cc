@@ -105,13 +105,20 @@ TEST(Heuristic, PlansOnTheH200) {
   EXPECT_EQ(fc1(glm5, 7680, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 16384, resolve_gpu("h200")).fc2),
             "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
+  // Narrow experts' FC1 (512 rows) keeps the 256 x 128 tile up to a mean of 128 (T = 4096).
   EXPECT_EQ(fc1(tp8, 2048, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:swiglu");
-  EXPECT_EQ(fc1(tp8, 3328, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
-  // Narrow experts' FC2 (K = 256) takes the 256 x 128 tile at every mean from 56.
-  EXPECT_EQ(format_tactic(heuristic_plan(tp8, 2048, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
-  EXPECT_EQ(format_tactic(heuristic_plan(tp8, 16384, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
+  EXPECT_EQ(fc1(tp8, 3328, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:swiglu");
+  EXPECT_EQ(fc1(tp8, 4095, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:swiglu");
+  EXPECT_EQ(fc1(tp8, 4096, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
+  // Narrow experts' FC2 (K = 256) takes the 256 x 128 tile from 56, but 192 x 176 at means
+  // 104..183 (T = 3328..5887).
+  const auto tp8_fc2 = [&](int64_t t) { return format_tactic(heuristic_plan(tp8, t, resolve_gpu("h200")).fc2); };
+  EXPECT_EQ(tp8_fc2(2048), "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
+  EXPECT_EQ(tp8_fc2(3327), "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
+  EXPECT_EQ(tp8_fc2(3328), "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
+  EXPECT_EQ(tp8_fc2(5887), "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
+  EXPECT_EQ(tp8_fc2(5888), "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
+  EXPECT_EQ(tp8_fc2(16384), "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 65536, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 65536, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");  // 512 rows: 12.5% padding
 }
