@@ -76,9 +76,13 @@ inline constexpr double kPrefillWideRowsMaxPadding = 0.05;
 // Four consumer warpgroups: below kPrefillN128MinTokens the 256-row, 64-token tile with 256 K a
 // stage (m256n64k256:s3:w20, one CTA per SM sharing each token tile among 256 rows; the stage's
 // wait, slot and release paid once per K group) replaces the two-CTA 128-row one where its rows
-// pad by at most kPrefillWideRowsMaxPadding more (glm5 and glm5-tp8: none); FC2 of narrow
-// experts (K below 1024: a unit of one or two such stages) takes it with 128 K a stage
-// (m256n64k128:s6:w20). Against the 128-K form, both GEMMs forced, two and three rounds in two
+// pad by at most kPrefillWideRowsMaxPadding more (glm5 and glm5-tp8: none), FC2 of narrow
+// experts too (glm5-tp8's K = 256: a unit is one stage), which took the 128-K form
+// (m256n64k128:s6:w20, two stages a unit) until measured against it (H200, glm5-tp8, FC2 forced,
+// three rounds in one call, layer us in the CUDA graph, FC2 in plain launches): T = 512 (16)
+// 326.0/325.7/325.7 against 334.7/333.7/334.8 (FC2 142 against 151), T = 768 383.6/383.9/383.9
+// against 392.1/392.0/392.2, T = 1024 419.2/419.6/420.2 against 428.3/428.5/428.2, T = 1536
+// 500.8/500.9/501.5 against 510.9/510.8/510.9. Against the 128-K form, both GEMMs forced, two and three rounds in two
 // calls (H200, per GEMM in plain launches): glm5 FC1 -7% at 12 tokens per expert, -6% at 16 and
 // 32, -5% at 24, -3% at 48; FC2 -5%, -4%, -4%, -3.5%, -2.5%; the layer at T = 1024 1956/2107/2068
 // us against 2217/2056/2201 (the graph's time there is bimodal), T = 512 1650/1645 against

@@ -26,9 +26,8 @@ Tactic decode_tactic(int tokens, double mean, bool narrow, Epilogue ep) {
 
 // The prefill family's tactic for a mean of `mean` tokens per expert: 64-token tiles (four
 // consumer warpgroups per SM hide each other's per-stage chains, which bound the short wgmma of
-// few tokens per expert: one CTA of 256 rows sharing its token tile, 3 stages of 256 K (6 of 128
-// for narrow experts' FC2, whose K is a single K group), or two CTAs of 128 rows, 7 stages of
-// 64 K each), 128 (9 stages) or 256 (5 stages), about 195-207 KB of shared memory
+// few tokens per expert: one CTA of 256 rows sharing its token tile, 3 stages of 256 K, or two
+// CTAs of 128 rows, 7 stages of 64 K each), 128 (9 stages) or 256 (5 stages), about 195-207 KB of shared memory
 // per SM each; in between, where their rows fit the GEMM's, the 256 x 128 tile (four consumer
 // warpgroups, 7 stages, 198 KB) and the 192 x 144 and 192 x 176 tiles (three; 7 stages of 64 K,
 // 196 KB, and 3 of 128 K, 184 KB).
@@ -40,8 +39,7 @@ Tactic prefill_tactic(const MoeConfig& cfg, double mean, Epilogue ep) {
   };
   const bool narrow_fc2 = ep == Epilogue::kFinalize && narrow_experts(cfg);
   if (mean < kPrefillN128MinTokens && rows_fit(256))
-    return narrow_fc2 ? Tactic{Family::kW4a16Wgmma, 256, 64, 128, 6, 20, 1, ep, false}
-                      : Tactic{Family::kW4a16Wgmma, 256, 64, 256, 3, 20, 1, ep, false};
+    return Tactic{Family::kW4a16Wgmma, 256, 64, 256, 3, 20, 1, ep, false};
   // From this mean the 192 x 176 tile below overtakes the 256 x 128 one for wide experts; for
   // narrow experts' FC2 within a band of means (one K group a unit; past it, experts spill
   // beyond 176 tokens).

@@ -67,9 +67,9 @@ TEST(Heuristic, PlansOnTheH200) {
   EXPECT_EQ(fc1(tp8, 192, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(tp8, 64, resolve_gpu("h200")).fc2), "w4a16_mma:m256n8k256:s2:w8:sk1:finalize");
   EXPECT_EQ(fc1(tp8, 768, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu");
-  // Narrow experts' FC2 (K = 256: a single K group) takes it with 128 K a stage (two a unit).
+  // Narrow experts' FC2 (K = 256: a single K group, one stage a unit) as well.
   EXPECT_EQ(format_tactic(heuristic_plan(tp8, 768, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m256n64k128:s6:w20:sk1:finalize");
+            "w4a16_wgmma:m256n64k256:s3:w20:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu");
   EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1024, resolve_gpu("h200")).fc2),
             "w4a16_wgmma:m256n64k256:s3:w20:sk1:finalize");
