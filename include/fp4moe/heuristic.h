@@ -82,8 +82,8 @@ inline constexpr double kPrefillWideRowsMaxPadding = 0.05;
 // three rounds in one call, layer us in the CUDA graph, FC2 in plain launches): T = 512 (16)
 // 326.0/325.7/325.7 against 334.7/333.7/334.8 (FC2 142 against 151), T = 768 383.6/383.9/383.9
 // against 392.1/392.0/392.2, T = 1024 419.2/419.6/420.2 against 428.3/428.5/428.2, T = 1536
-// 500.8/500.9/501.5 against 510.9/510.8/510.9. Against the 128-K form, both GEMMs forced, two and three rounds in two
-// calls (H200, per GEMM in plain launches): glm5 FC1 -7% at 12 tokens per expert, -6% at 16 and
+// 500.8/500.9/501.5 against 510.9/510.8/510.9. Against the 128-K form, both GEMMs forced, two
+// and three rounds in two calls (H200, per GEMM in plain launches): glm5 FC1 -7% at 12 tokens per expert, -6% at 16 and
 // 32, -5% at 24, -3% at 48; FC2 -5%, -4%, -4%, -3.5%, -2.5%; the layer at T = 1024 1956/2107/2068
 // us against 2217/2056/2201 (the graph's time there is bimodal), T = 512 1650/1645 against
 // 1906/1744; glm5-tp8 FC1 -4% at 16 to 32 (layer T = 1024 420.4/420.7 against 430.3/429.3). At 56
@@ -101,8 +101,8 @@ inline constexpr double kPrefillWideRowsMaxPadding = 0.05;
 // 256-row, 128-token tile (m256n128:s7:w20: four consumer warpgroups, one fragment buffer)
 // where its rows fit as above (for narrow experts' FC1 up to
 // kPrefillFourWarpgroupsN128MaxTokensNarrow, below), and for FC2 of narrow experts at every mean
-// from kPrefillN128MinTokens but the 192 x 176 band below. Per GEMM in plain launches against the dispatched tiles, two rounds
-// (H200): glm5 FC1 -10% at 56, -9% at 64, -5% at 96, -1% at 104, +3% at 112 and +9.5% at 128
+// from kPrefillN128MinTokens but the 192 x 176 band below. Per GEMM in plain launches against
+// the dispatched tiles, two rounds (H200): glm5 FC1 -10% at 56, -9% at 64, -5% at 96, -1% at 104, +3% at 112 and +9.5% at 128
 // (an expert past 128 tokens takes a second, nearly empty unit that costs a whole
 // dequantization), FC2 -8%, -8%, -5%, level, +3%, +8%; glm5-tp8 FC1 (512 rows) -4% at 64, +5% at
 // 128; glm5-tp8 FC2 (K = 256) -9% at 64, -7.5% at 96, -4.5% at 128, -4 to -13% at 192, -16% at

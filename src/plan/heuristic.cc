@@ -27,31 +27,29 @@ Tactic decode_tactic(int tokens, double mean, bool narrow, Epilogue ep) {
 // The prefill family's tactic for a mean of `mean` tokens per expert: 64-token tiles (four
 // consumer warpgroups per SM hide each other's per-stage chains, which bound the short wgmma of
 // few tokens per expert: one CTA of 256 rows sharing its token tile, 3 stages of 256 K, or two
-// CTAs of 128 rows, 7 stages of 64 K each), 128 (9 stages) or 256 (5 stages), about 195-207 KB of shared memory
-// per SM each; in between, where their rows fit the GEMM's, the 256 x 128 tile (four consumer
-// warpgroups, 7 stages, 198 KB) and the 192 x 144 and 192 x 176 tiles (three; 7 stages of 64 K,
-// 196 KB, and 3 of 128 K, 184 KB).
+// CTAs of 128 rows, 7 stages of 64 K each), 128 (9 stages) or 256 (5 stages), about 195-207 KB
+// of shared memory per SM each; in between, where their rows fit the GEMM's, the 256 x 128 tile
+// (four consumer warpgroups, 7 stages, 198 KB) and the 192 x 144 and 192 x 176 tiles (three; 7
+// stages of 64 K, 196 KB, and 3 of 128 K, 184 KB).
 Tactic prefill_tactic(const MoeConfig& cfg, double mean, Epilogue ep) {
   const int64_t rows = ep == Epilogue::kSwiglu ? 2 * cfg.intermediate : cfg.hidden;
   const auto padded = [&](int64_t block) { return static_cast<double>((rows + block - 1) / block * block); };
   const auto rows_fit = [&](int64_t block) {
     return padded(block) <= padded(128) * (1.0 + kPrefillWideRowsMaxPadding);
   };
-  const bool narrow_fc2 = ep == Epilogue::kFinalize && narrow_experts(cfg);
+  const bool narrow = narrow_experts(cfg);
+  const bool narrow_fc2 = ep == Epilogue::kFinalize && narrow;
   if (mean < kPrefillN128MinTokens && rows_fit(256))
     return Tactic{Family::kW4a16Wgmma, 256, 64, 256, 3, 20, 1, ep, false};
-  // From this mean the 192 x 176 tile below overtakes the 256 x 128 one for wide experts; for
-  // narrow experts' FC2 within a band of means (one K group a unit; past it, experts spill
-  // beyond 176 tokens).
-  const bool n176_first = !narrow_experts(cfg) && rows_fit(192) && mean >= kPrefillThreeWarpgroupsMinTokens;
-  const bool narrow_fc2_n176 = narrow_fc2 && rows_fit(192) && mean >= kPrefillNarrowFc2N176MinTokens &&
-                               mean < kPrefillNarrowFc2N176MaxTokens;
-  const double n128_max = narrow_experts(cfg) ? kPrefillFourWarpgroupsN128MaxTokensNarrow
-                                              : kPrefillFourWarpgroupsN128MaxTokens;
-  if (mean >= kPrefillN128MinTokens && rows_fit(256) && !n176_first && !narrow_fc2_n176 &&
-      (mean < n128_max || narrow_fc2))
+  // Narrow experts' FC2 (one K group a unit) within a band of means: past it, experts spill
+  // beyond 176 tokens.
+  if (narrow_fc2 && rows_fit(192) && mean >= kPrefillNarrowFc2N176MinTokens && mean < kPrefillNarrowFc2N176MaxTokens)
+    return Tactic{Family::kW4a16Wgmma, 192, 176, 128, 3, 16, 1, ep, false};
+  // From this mean the 192 x 176 tile below overtakes the 256 x 128 one for wide experts.
+  const bool n176_first = !narrow && rows_fit(192) && mean >= kPrefillThreeWarpgroupsMinTokens;
+  const double n128_max = narrow ? kPrefillFourWarpgroupsN128MaxTokensNarrow : kPrefillFourWarpgroupsN128MaxTokens;
+  if (mean >= kPrefillN128MinTokens && rows_fit(256) && !n176_first && (mean < n128_max || narrow_fc2))
     return Tactic{Family::kW4a16Wgmma, 256, 128, 64, 7, 20, 1, ep, false};
-  if (narrow_fc2_n176) return Tactic{Family::kW4a16Wgmma, 192, 176, 128, 3, 16, 1, ep, false};
   if (mean >= kPrefillFourWarpgroupsN128MaxTokens && mean < kPrefillThreeWarpgroupsN144MaxTokens && rows_fit(192))
     return Tactic{Family::kW4a16Wgmma, 192, 144, 64, 7, 16, 1, ep, false};
   // Where 192-row blocks pad the rows, the band in which most experts spill just past 176 tokens

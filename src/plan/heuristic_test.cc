@@ -15,6 +15,9 @@ namespace {
 std::string fc1(const MoeConfig& cfg, int64_t tokens, const std::string& gpu) {
   return format_tactic(heuristic_plan(cfg, tokens, resolve_gpu(gpu)).fc1);
 }
+std::string fc2(const MoeConfig& cfg, int64_t tokens, const std::string& gpu) {
+  return format_tactic(heuristic_plan(cfg, tokens, resolve_gpu(gpu)).fc2);
+}
 
 TEST(Heuristic, TokenTileFollowsTheMeanTokensPerExpert) {
   const MoeConfig glm5 = MoeConfig::glm5();  // E 256, top-8: mean T / 32 tokens per expert
@@ -28,29 +31,28 @@ TEST(Heuristic, TokenTileFollowsTheMeanTokensPerExpert) {
 
 TEST(Heuristic, PlansOnTheH200) {
   const MoeConfig glm5 = MoeConfig::glm5();
-  const auto fc2 = [&](int64_t t) { return format_tactic(heuristic_plan(glm5, t, resolve_gpu("h200")).fc2); };
   // The rule's choices; docs/HEURISTIC.md has the measurements behind each (the tuner's ranking,
   // docs/measurements/h200_glm5_tune.json, predates the 256-row tiles).
   // Wide experts at one or two tokens: the whole layer in one launch (sm_90), the same tactic for
   // both GEMMs.
   EXPECT_EQ(fc1(glm5, 1, "h200"), "w4a16_fused:m128n8k1024:s3:w6:sk1:swiglu");
-  EXPECT_EQ(fc2(1), "w4a16_fused:m128n8k1024:s3:w6:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 1, "h200"), "w4a16_fused:m128n8k1024:s3:w6:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 2, "h200"), "w4a16_fused:m128n8k2048:s3:w6:sk1:swiglu");
-  EXPECT_EQ(fc2(2), "w4a16_fused:m128n8k2048:s3:w6:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 2, "h200"), "w4a16_fused:m128n8k2048:s3:w6:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 3, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");  // 2 stages to T = 4
   EXPECT_EQ(fc1(glm5, 4, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
   // From T = 5 256 rows, 8 warps, 2 stages: two CTAs per SM.
   EXPECT_EQ(fc1(glm5, 5, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 128, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
-  EXPECT_EQ(fc2(3), "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
-  EXPECT_EQ(fc2(128), "w4a16_mma:m256n8k256:s2:w8:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 3, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 128, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 256, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 319, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
-  EXPECT_EQ(fc2(319), "w4a16_mma:m256n16k256:s2:w8:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 319, "h200"), "w4a16_mma:m256n16k256:s2:w8:sk1:finalize");
   // From 10 tokens per expert the prefill family (sm_90a): 64-token tiles of 256 rows (four
   // consumer warpgroups, 256 K a stage), 128 from 56, 256 from 96.
   EXPECT_EQ(fc1(glm5, 320, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu");
-  EXPECT_EQ(fc2(320), "w4a16_wgmma:m256n64k256:s3:w20:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 320, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 512, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu");
   // Narrow experts (glm5-tp8, I = 256) from 16.
   const MoeConfig tp8 = MoeConfig::preset("glm5-tp8");
@@ -59,52 +61,43 @@ TEST(Heuristic, PlansOnTheH200) {
   // Narrow experts: the small-batch family for one to three tokens, then the 8-token tile with 2
   // stages at every T it covers (256 rows from T = 5).
   EXPECT_EQ(fc1(tp8, 1, "h200"), "w4a16_gemv:m16n8k256:s2:w6:sk1:swiglu");
-  EXPECT_EQ(format_tactic(heuristic_plan(tp8, 1, resolve_gpu("h200")).fc2), "w4a16_gemv:m16n8k256:s2:w6:sk1:finalize");
+  EXPECT_EQ(fc2(tp8, 1, "h200"), "w4a16_gemv:m16n8k256:s2:w6:sk1:finalize");
   EXPECT_EQ(fc1(tp8, 2, "h200"), "w4a16_gemv:m16n8k256:s2:w6:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 3, "h200"), "w4a16_gemv:m16n8k256:s2:w6:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 4, "h200"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 5, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 192, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
-  EXPECT_EQ(format_tactic(heuristic_plan(tp8, 64, resolve_gpu("h200")).fc2), "w4a16_mma:m256n8k256:s2:w8:sk1:finalize");
+  EXPECT_EQ(fc2(tp8, 64, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:finalize");
   EXPECT_EQ(fc1(tp8, 768, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu");
   // Narrow experts' FC2 (K = 256: a single K group, one stage a unit) as well.
-  EXPECT_EQ(format_tactic(heuristic_plan(tp8, 768, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m256n64k256:s3:w20:sk1:finalize");
+  EXPECT_EQ(fc2(tp8, 768, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 1024, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu");
-  EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1024, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m256n64k256:s3:w20:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 1024, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 1791, "h200"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu");
   // Means 56..103: the four-warpgroup 256 x 128 tile where its rows fit (for wide experts only
   // up to 96, below); from 104 the three-warpgroup 192-row tiles where their rows fit (glm5 FC1:
   // 4096 rows, 3% padding; FC2: 6144, none), not for glm5-tp8's 512-row FC1 (12.5%).
   EXPECT_EQ(fc1(glm5, 1792, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:swiglu");
-  EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1792, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 1792, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 3071, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:swiglu");
-  EXPECT_EQ(format_tactic(heuristic_plan(glm5, 3071, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 3071, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
   // Wide experts leave the 256 x 128 tile for 192 x 176 from a mean of 96 (T = 3072).
   EXPECT_EQ(fc1(glm5, 3072, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:swiglu");
-  EXPECT_EQ(format_tactic(heuristic_plan(glm5, 3327, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 3327, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
   // 104..111: the 192 x 144 tile (two fragment buffers), then 192 x 176.
   EXPECT_EQ(fc1(glm5, 3328, "h200"), "w4a16_wgmma:m192n144k64:s7:w16:sk1:swiglu");
-  EXPECT_EQ(format_tactic(heuristic_plan(glm5, 3328, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m192n144k64:s7:w16:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 3328, "h200"), "w4a16_wgmma:m192n144k64:s7:w16:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 3583, "h200"), "w4a16_wgmma:m192n144k64:s7:w16:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 3584, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:swiglu");
-  EXPECT_EQ(format_tactic(heuristic_plan(glm5, 3584, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 3584, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 5119, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:swiglu");
   // 160..239: glm5's FC1 (its rows padded by the 192-row blocks) takes the 256-token tile, where
   // most experts would spill just past 176 tokens; FC2 (no padding) stays on 192 x 176.
   EXPECT_EQ(fc1(glm5, 5120, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
-  EXPECT_EQ(format_tactic(heuristic_plan(glm5, 5120, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 5120, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 7679, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 7680, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:swiglu");
-  EXPECT_EQ(format_tactic(heuristic_plan(glm5, 16384, resolve_gpu("h200")).fc2),
-            "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 16384, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
   // Narrow experts' FC1 (512 rows) keeps the 256 x 128 tile up to a mean of 128 (T = 4096).
   EXPECT_EQ(fc1(tp8, 2048, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 3328, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:swiglu");
@@ -112,13 +105,12 @@ TEST(Heuristic, PlansOnTheH200) {
   EXPECT_EQ(fc1(tp8, 4096, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");
   // Narrow experts' FC2 (K = 256) takes the 256 x 128 tile from 56, but 192 x 176 at means
   // 104..183 (T = 3328..5887).
-  const auto tp8_fc2 = [&](int64_t t) { return format_tactic(heuristic_plan(tp8, t, resolve_gpu("h200")).fc2); };
-  EXPECT_EQ(tp8_fc2(2048), "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
-  EXPECT_EQ(tp8_fc2(3327), "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
-  EXPECT_EQ(tp8_fc2(3328), "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
-  EXPECT_EQ(tp8_fc2(5887), "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
-  EXPECT_EQ(tp8_fc2(5888), "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
-  EXPECT_EQ(tp8_fc2(16384), "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
+  EXPECT_EQ(fc2(tp8, 2048, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
+  EXPECT_EQ(fc2(tp8, 3327, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
+  EXPECT_EQ(fc2(tp8, 3328, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
+  EXPECT_EQ(fc2(tp8, 5887, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:finalize");
+  EXPECT_EQ(fc2(tp8, 5888, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
+  EXPECT_EQ(fc2(tp8, 16384, "h200"), "w4a16_wgmma:m256n128k64:s7:w20:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 65536, "h200"), "w4a16_wgmma:m192n176k128:s3:w16:sk1:swiglu");
   EXPECT_EQ(fc1(tp8, 65536, "h200"), "w4a16_wgmma:m128n256k64:s5:w12:sk1:swiglu");  // 512 rows: 12.5% padding
 }
@@ -137,8 +129,7 @@ TEST(Heuristic, FallsBackToWhatFitsOnSm120) {
   // The two-stage rule (T <= 4) fits there: 45 KB, two CTAs per SM. (The fused family, measured
   // on the H200 only, is not taken on Blackwell.)
   EXPECT_EQ(fc1(glm5, 1, "rtx-pro-6000"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
-  EXPECT_EQ(format_tactic(heuristic_plan(glm5, 1, resolve_gpu("rtx-pro-6000")).fc2),
-            "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
+  EXPECT_EQ(fc2(glm5, 1, "rtx-pro-6000"), "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
   EXPECT_EQ(fc1(glm5, 8, "rtx-pro-6000"), "w4a16_mma:m128n8k256:s4:w4:sk1:swiglu");  // s3: still 1 CTA/SM
   EXPECT_EQ(fc1(glm5, 256, "rtx-pro-6000"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
   // The fallback (no 64-token tile fits): the 16-token tile with the most rows up to 128 that
