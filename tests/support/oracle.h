@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -13,11 +14,21 @@
 
 namespace fp4moe::test {
 
+// This test process's scratch directory, removed with everything in it when the process exits
+// (ctest runs each test in a process of its own: without the removal every run left hundreds of
+// directories of checkpoints behind). A forked child leaves by _exit and removes nothing.
 inline std::filesystem::path temp_dir() {
-  auto d = std::filesystem::temp_directory_path() /
-           ("fp4moe_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(d);
-  return d;
+  struct Scratch {
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("fp4moe_test_" + std::to_string(::getpid()));
+    ~Scratch() {
+      std::error_code ignored;  // a failed clean-up must not turn a passing test into a crash
+      std::filesystem::remove_all(path, ignored);
+    }
+  };
+  static const Scratch scratch;
+  std::filesystem::create_directories(scratch.path);
+  return scratch.path;
 }
 
 // Runs the oracle on float32 input and returns its raw output bytes. A missing Python or
