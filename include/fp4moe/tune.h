@@ -1,8 +1,9 @@
 // fp4moe/tune.h - the autotuner: for each GEMM of a layer and each token bucket, every tactic
 // the resource model admits on the current GPU is launched, verified against the float64
 // reference on a sample of tokens (a wrong result rejects it, like a failed launch), and timed
-// in the whole layer as a CUDA graph (warm-up, median, L2 flushed before every replay). Winners
-// go to the tuning cache.
+// in the whole layer as a CUDA graph (warm-up, median, L2 flushed before every replay). The
+// finalists - the heuristic's tactic and the fastest within finalist_margin - are timed again in
+// interleaved rounds and ranked by their median timing. Winners go to the tuning cache.
 #pragma once
 
 #include <functional>
@@ -25,13 +26,24 @@ struct TuneOptions {
   // A candidate replaces the heuristic's tactic only if it is faster by more than this fraction
   // (the run-to-run noise of the layer time): the cache never trades the heuristic for noise.
   double keep_heuristic_margin = 0.025;
+  // The finalists (the heuristic's tactic and every candidate whose first timing is within
+  // finalist_margin of the fastest one, at most max_finalists in all) are timed `rounds` times
+  // more, each round all of them in turn, and ranked by the median of their timings. One timing
+  // is not enough where the layer's time is bimodal: on the H200 at glm5 T = 1024-2048 timings of
+  // one plan in one process fall ~7% apart, and a single timing on either side of that ranked
+  // tactics that lost in repeated measurement (docs/HEURISTIC.md).
+  int rounds = 2;
+  double finalist_margin = 0.08;
+  int max_finalists = 6;
   // Called before each measurement with a short label and the fraction done.
   std::function<void(const std::string&, double)> progress;
 };
 
 struct TimedTactic {
   Tactic tactic;
-  double time_us = 0;  // median time of the whole layer with this tactic in its GEMM
+  double time_us = 0;               // the median of timings_us
+  std::vector<double> timings_us;   // each timing of the layer with this tactic in its GEMM (the
+                                    // median of `iters` replays): the first pass, then the rounds
 };
 
 struct RejectedTactic {
@@ -42,7 +54,8 @@ struct RejectedTactic {
 struct TuneResult {
   GemmKey gemm;
   int64_t bucket = 0;
-  std::vector<TimedTactic> timed;  // the winner first, then fastest first
+  std::vector<TimedTactic> timed;  // the winner first, then the other finalists fastest first (by
+                                   // their median), then the rest (one timing each) fastest first
   bool heuristic_kept = false;     // the winner is the heuristic's tactic, within the margin of timed[1]
   std::vector<RejectedTactic> rejected;
 };

@@ -2,6 +2,7 @@
 // the winners in the tuning cache. fp4moe cache path|list|show|clear: inspect or reset it.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -28,6 +29,7 @@ struct TuneArgs {
   ShapeArgs shape;
   std::string tokens, json;
   int iters = 15;
+  int rounds = 2;
   double margin = 0.025;
   uint64_t seed = 1;
 };
@@ -59,6 +61,7 @@ void run_tune(const TuneArgs& a) {
   TuneOptions o;
   o.iters = a.iters;
   o.keep_heuristic_margin = a.margin;
+  o.rounds = a.rounds;
   o.seed = a.seed;
   if (!a.tokens.empty()) o.buckets = buckets_of(a.tokens);
   const bool tty = isatty(fileno(stderr));
@@ -81,16 +84,26 @@ void run_tune(const TuneArgs& a) {
   std::printf("tuned %s (H %lld, I %lld, E %d, top-%d) on %s in %.1f s (weights, upload and tuning)\n",
               cfg.name.c_str(), static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.intermediate),
               cfg.num_experts, cfg.routing.top_k, id.gpu.c_str(), secs);
+  // A finalist's time is the median of its timings; their range says how far to trust it.
+  auto spread = [](const TimedTactic& c) -> std::string {
+    if (c.timings_us.size() < 2) return "";
+    const auto [lo, hi] = std::minmax_element(c.timings_us.begin(), c.timings_us.end());
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " [median of %zu: %.1f-%.1f]", c.timings_us.size(), *lo, *hi);
+    return buf;
+  };
   for (const TuneResult& r : results) {
-    std::printf("%s, bucket T=%lld: winner %s, layer %.1f us", describe(r.gemm).c_str(),
-                static_cast<long long>(r.bucket), format_tactic(r.timed[0].tactic).c_str(), r.timed[0].time_us);
+    std::printf("%s, bucket T=%lld: winner %s, layer %.1f us%s", describe(r.gemm).c_str(),
+                static_cast<long long>(r.bucket), format_tactic(r.timed[0].tactic).c_str(), r.timed[0].time_us,
+                spread(r.timed[0]).c_str());
     if (r.timed.size() > 1)
-      std::printf("; runner-up %s, layer %.1f us (%+.1f%%)", format_tactic(r.timed[1].tactic).c_str(), r.timed[1].time_us,
-                  100.0 * (r.timed[1].time_us / r.timed[0].time_us - 1));
+      std::printf("; runner-up %s, layer %.1f us (%+.1f%%)%s", format_tactic(r.timed[1].tactic).c_str(),
+                  r.timed[1].time_us, 100.0 * (r.timed[1].time_us / r.timed[0].time_us - 1), spread(r.timed[1]).c_str());
     if (r.heuristic_kept) std::printf("; the heuristic's choice, kept: within the %.1f%% margin", 100 * a.margin);
     std::printf("\n");
     for (size_t i = 2; i < r.timed.size(); ++i)
-      std::printf("    %-44s %.1f us\n", format_tactic(r.timed[i].tactic).c_str(), r.timed[i].time_us);
+      std::printf("    %-44s %.1f us%s\n", format_tactic(r.timed[i].tactic).c_str(), r.timed[i].time_us,
+                  spread(r.timed[i]).c_str());
     for (const auto& x : r.rejected)
       std::printf("    rejected %-35s %s\n", format_tactic(x.tactic).c_str(), x.reason.c_str());
   }
@@ -100,7 +113,8 @@ void run_tune(const TuneArgs& a) {
     nlohmann::json j = {{"gpu", id.gpu}, {"seconds", secs}, {"results", nlohmann::json::array()}};
     for (const TuneResult& r : results) {
       nlohmann::json t = nlohmann::json::array(), x = nlohmann::json::array();
-      for (const auto& c : r.timed) t.push_back({{"tactic", format_tactic(c.tactic)}, {"us", c.time_us}});
+      for (const auto& c : r.timed)
+        t.push_back({{"tactic", format_tactic(c.tactic)}, {"us", c.time_us}, {"timings_us", c.timings_us}});
       for (const auto& c : r.rejected) x.push_back({{"tactic", format_tactic(c.tactic)}, {"reason", c.reason}});
       j["results"].push_back({{"gemm", r.gemm.epilogue == Epilogue::kSwiglu ? "fc1" : "fc2"}, {"bucket", r.bucket},
                               {"heuristic_kept", r.heuristic_kept}, {"timed", t}, {"rejected", x}});
@@ -175,6 +189,10 @@ void register_tune(CLI::App& app) {
   a->shape.add_to(cmd);
   cmd->add_option("--tokens", a->tokens, "Token counts to tune (each goes to its bucket); default all buckets <= 16384");
   cmd->add_option("--iters", a->iters, "Timed layer replays per candidate (median)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--rounds", a->rounds,
+                  "Interleaved rounds in which the finalists (the heuristic's tactic and the fastest within 8%) are "
+                  "timed again; they rank by their median")
+      ->check(CLI::Range(0, 20));
   cmd->add_option("--margin", a->margin, "Keep the heuristic's tactic unless a candidate is faster by more than this fraction")
       ->check(CLI::Range(0.0, 0.5));
   cmd->add_option("--seed", a->seed, "Seed of the synthetic weights and batches");

@@ -7,15 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "common/median.h"
 #include "kernels/common/cuda_check.h"
 
 namespace fp4moe {
-
-// The middle value (the upper one of an even count), as every timing here reports.
-inline double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Median time in seconds of fn() between two events, `iters` times after at least `warmup`
 // runs - and, where min_warmup_s > 0, at least that many seconds of them (wall time, the work

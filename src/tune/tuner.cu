@@ -7,9 +7,13 @@
 // whole layer, timed as the benchmark times it: the median, over `iters` replays after `warmup`,
 // of a CUDA graph of the layer, with the L2 flushed (untimed) before each replay.
 //
-// The heuristic's choice stays unless a candidate beats it by more than keep_heuristic_margin:
-// between repeated benchmark runs the layer time spreads by up to ~2% at T <= 16 on the H200,
-// and several tactics lie within that of each other there.
+// One timing per candidate ranks them only roughly: the finalists (the heuristic's tactic and
+// the fastest within finalist_margin) are timed again in `rounds` interleaved rounds - every
+// finalist once a round, each round starting one finalist later, so that none is always timed
+// first or after the same neighbour - and ranked by their medians (ranking.h). The heuristic's
+// choice stays unless a finalist beats it by more than keep_heuristic_margin: between repeated
+// benchmark runs the layer time spreads by up to ~2% at T <= 16 on the H200, and several tactics
+// lie within that of each other there.
 //
 // Why the whole layer and not the GEMM alone: events between the stages break the programmatic
 // dependent launch (PDL) overlap the kernels have in the graph, and the overlap differs between
@@ -33,6 +37,7 @@
 #include "runtime/event_timing.h"
 #include "runtime/gpu_wake.h"
 #include "runtime/l2_flush.h"
+#include "tune/ranking.h"
 
 namespace fp4moe {
 namespace {
@@ -69,6 +74,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
     for (int64_t b : token_buckets())
       if (b <= 16384) buckets.push_back(b);
   FP4MOE_CHECK(opt.iters >= 1 && opt.warmup >= 0, "tuning: iters must be >= 1");
+  FP4MOE_CHECK(opt.rounds >= 0, "tuning: rounds must be >= 0, got ", opt.rounds);
   // Without verified rows every candidate would pass its check (and a wrong one be cached).
   FP4MOE_CHECK(opt.verify_tokens >= 1, "tuning: verify_tokens must be >= 1, got ", opt.verify_tokens);
   for (int64_t b : buckets)
@@ -122,41 +128,48 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
     for (int64_t t = 0; t < nv; ++t)
       b.reference_rows.emplace_back(ref.begin() + t * cfg.hidden, ref.begin() + (t + 1) * cfg.hidden);
 
-    // One candidate plan: verified, then the layer timed.
-    auto measure = [&](const LayerPlan& plan, TuneResult& r, const Tactic& t) -> double {
+    // A failed launch must not poison the next candidate: clear the error state and reject the
+    // tactic; a sticky error (the context is lost) cannot be cleared and ends the tuning with
+    // its culprit. Returns whether fn ran.
+    auto guarded = [&](TuneResult& r, const Tactic& t, auto&& fn) -> bool {
       try {
-        FP4MOE_CUDA_CHECK(cudaMemsetAsync(b.out.get(), 0xFF, b.out.bytes(), s));
-        layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), s, &plan);
-        FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
-        // All T rows back: the first nv against the reference, every one finite (the output was
-        // poisoned with NaN: a tactic that leaves later token tiles unwritten is caught too).
-        std::vector<uint16_t> out(T * cfg.hidden);
-        FP4MOE_CUDA_CHECK(cudaMemcpy(out.data(), b.out.get(), out.size() * 2, cudaMemcpyDeviceToHost));
-        const auto unwritten = std::find_if(out.begin(), out.end(), [](uint16_t v) { return (v & 0x7F80) == 0x7F80; });
-        if (unwritten != out.end()) {
-          r.rejected.push_back({t, "non-finite output at token " + std::to_string((unwritten - out.begin()) / cfg.hidden)});
-          return -1;
-        }
-        out.resize(nv * cfg.hidden);
-        const double err = rel_error_rows(out, cfg.hidden, b.reference_rows);
-        if (!(err < opt.max_rel_error)) {
-          r.rejected.push_back({t, "wrong result: relative error " + std::to_string(err) + " vs the reference"});
-          return -1;
-        }
-        const CapturedGraph graph(s, [&](cudaStream_t st) {
-          layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), st, &plan);
-        });
-        return 1e6 * median_event_time(opt.warmup, opt.iters, s, [&] { graph.launch(s); }, [&] { flusher.flush(s); });
+        fn();
+        return true;
       } catch (const Error& e) {
-        // A failed launch must not poison the next candidate: clear the error state; a sticky
-        // error (the context is lost) cannot be cleared and ends the tuning with its culprit.
         cudaGetLastError();
         const cudaError_t sticky = cudaDeviceSynchronize();
         FP4MOE_CHECK(sticky == cudaSuccess, "tuning: tactic ", format_tactic(t), " left the GPU context unusable (",
                      cudaGetErrorString(sticky), "); rerun without it");
         r.rejected.push_back({t, std::string("launch failed: ") + e.what()});
-        return -1;
+        return false;
       }
+    };
+    // A candidate plan's output against the reference: the reason it is wrong, or empty.
+    auto verify = [&](const LayerPlan& plan) -> std::string {
+      FP4MOE_CUDA_CHECK(cudaMemsetAsync(b.out.get(), 0xFF, b.out.bytes(), s));
+      layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), s, &plan);
+      FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+      // All T rows back: the first nv against the reference, every one finite (the output was
+      // poisoned with NaN: a tactic that leaves later token tiles unwritten is caught too).
+      std::vector<uint16_t> out(T * cfg.hidden);
+      FP4MOE_CUDA_CHECK(cudaMemcpy(out.data(), b.out.get(), out.size() * 2, cudaMemcpyDeviceToHost));
+      const auto unwritten = std::find_if(out.begin(), out.end(), [](uint16_t v) { return (v & 0x7F80) == 0x7F80; });
+      if (unwritten != out.end())
+        return "non-finite output at token " + std::to_string((unwritten - out.begin()) / cfg.hidden);
+      out.resize(nv * cfg.hidden);
+      const double err = rel_error_rows(out, cfg.hidden, b.reference_rows);
+      if (!(err < opt.max_rel_error)) return "wrong result: relative error " + std::to_string(err) + " vs the reference";
+      return {};
+    };
+    // The layer with a plan, timed as the benchmark times it. The plain call first sizes the
+    // layer's workspace for the plan (another plan may have resized it since this one ran) and
+    // is the first replay's warm-up.
+    auto time_layer = [&](const LayerPlan& plan) -> double {
+      layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), s, &plan);
+      const CapturedGraph graph(s, [&](cudaStream_t st) {
+        layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), st, &plan);
+      });
+      return 1e6 * median_event_time(opt.warmup, opt.iters, s, [&] { graph.launch(s); }, [&] { flusher.flush(s); });
     };
 
     // The reference above is host work: the bucket's first candidate would be timed from a GPU
@@ -178,6 +191,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
             r.rejected.push_back({t, "FC1's winner " + format_tactic(fc1_best) + " runs both GEMMs: FC2 is its twin"});
         cands = {twin};
       }
+      std::vector<LayerPlan> plans;  // plans[i]: the plan r.timed[i] was timed in
       for (const Tactic& t : cands) {
         if (opt.progress)
           opt.progress("T=" + std::to_string(T) + (stage == 1 ? " FC1 " : " FC2 ") + format_tactic(t), done / total);
@@ -198,20 +212,43 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
         } else if (runs_gemms_together(other.family)) {
           other = heuristic_tactic(cfg, T, gpu, other_ep);
         }
-        const double us = measure(plan, r, t);
-        if (us >= 0) r.timed.push_back({t, us});
+        std::string wrong;
+        double us = 0;
+        if (!guarded(r, t, [&] {
+              wrong = verify(plan);
+              if (wrong.empty()) us = time_layer(plan);
+            }))
+          continue;
+        if (!wrong.empty()) {
+          r.rejected.push_back({t, wrong});
+          continue;
+        }
+        r.timed.push_back({t, us, {us}});
+        plans.push_back(plan);
       }
-      std::sort(r.timed.begin(), r.timed.end(), [](const auto& a, const auto& c) { return a.time_us < c.time_us; });
+      FP4MOE_CHECK(!r.timed.empty(), "tuning: no tactic of ", stage == 1 ? "FC1" : "FC2", " works at T = ", T);
+      // The finalists again, in interleaved rounds; one that fails now is rejected like a
+      // candidate that failed its first launch.
+      const Tactic incumbent = stage == 1 ? heuristic.fc1 : heuristic.fc2;
+      std::vector<size_t> fin;
+      if (opt.rounds > 0) fin = pick_finalists(r.timed, incumbent, opt.finalist_margin, opt.max_finalists);
+      std::vector<bool> failed(r.timed.size(), false);
+      for (int round = 0; round < opt.rounds && !fin.empty(); ++round)
+        for (size_t j = 0; j < fin.size(); ++j) {
+          const size_t i = fin[(j + round) % fin.size()];
+          if (failed[i]) continue;
+          if (opt.progress)
+            opt.progress("T=" + std::to_string(T) + (stage == 1 ? " FC1 " : " FC2 ") + "round " +
+                             std::to_string(round + 1) + " " + format_tactic(r.timed[i].tactic),
+                         done / total);
+          failed[i] = !guarded(r, r.timed[i].tactic, [&] { r.timed[i].timings_us.push_back(time_layer(plans[i])); });
+        }
+      for (size_t i = r.timed.size(); i-- > 0;)
+        if (failed[i]) r.timed.erase(r.timed.begin() + static_cast<std::ptrdiff_t>(i));
       FP4MOE_CHECK(!r.timed.empty(), "tuning: no tactic of ", stage == 1 ? "FC1" : "FC2", " works at T = ", T);
       // The heuristic's tactic is the incumbent: a challenger replaces it only by winning by more
       // than the margin, so noise between near-equal tactics never turns into a cached choice.
-      const Tactic incumbent = stage == 1 ? heuristic.fc1 : heuristic.fc2;
-      const auto inc = std::find_if(r.timed.begin(), r.timed.end(), [&](const auto& c) { return c.tactic == incumbent; });
-      if (inc != r.timed.begin() && inc != r.timed.end() &&
-          inc->time_us <= r.timed.front().time_us * (1 + opt.keep_heuristic_margin)) {
-        std::rotate(r.timed.begin(), inc, inc + 1);
-        r.heuristic_kept = true;
-      }
+      r.heuristic_kept = rank_timed(r.timed, incumbent, opt.keep_heuristic_margin);
       if (stage == 1) fc1_best = r.timed.front().tactic;
       results.push_back(std::move(r));
       done += 1;

@@ -2,6 +2,7 @@
 // or rejected with a reason; winners go to the cache, and a layer given the cache plans with them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "fp4moe/layer.h"
@@ -35,9 +36,28 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
     for (const Tactic& t : compiled_w4a16_tactics()) compiled += t.epilogue == r.gemm.epilogue;
     EXPECT_EQ(r.timed.size() + r.rejected.size(), compiled) << "every compiled tactic is accounted for";
     ASSERT_FALSE(r.timed.empty());
-    // Fastest first, except that the heuristic's tactic leads when within the margin of the fastest.
+    // The finalists (1 + rounds timings each, time_us their median) first, the others (one
+    // timing) after them; fastest first within each, except that the heuristic's tactic leads
+    // when within the margin of the fastest.
+    auto finalist = [](const TimedTactic& c) { return c.timings_us.size() > 1; };
+    for (size_t i = 0; i < r.timed.size(); ++i) {
+      const TimedTactic& c = r.timed[i];
+      ASSERT_TRUE(c.timings_us.size() == 1 || c.timings_us.size() == size_t(1 + o.rounds)) << format_tactic(c.tactic);
+      std::vector<double> sorted = c.timings_us;
+      std::sort(sorted.begin(), sorted.end());
+      EXPECT_EQ(c.time_us, sorted[sorted.size() / 2]);
+      for (double us : c.timings_us) EXPECT_GT(us, 0);
+      if (i > 0) EXPECT_FALSE(finalist(c) && !finalist(r.timed[i - 1])) << "a finalist after a one-timing candidate";
+    }
     const size_t from = r.heuristic_kept ? 2 : 1;
-    for (size_t i = from; i < r.timed.size(); ++i) EXPECT_LE(r.timed[i - 1].time_us, r.timed[i].time_us);
+    for (size_t i = from; i < r.timed.size(); ++i)
+      if (finalist(r.timed[i - 1]) == finalist(r.timed[i])) EXPECT_LE(r.timed[i - 1].time_us, r.timed[i].time_us);
+    // Where there were rounds, the heuristic's tactic was in them.
+    const LayerPlan hp = layer->plan_for_heuristic(r.bucket);
+    const Tactic incumbent = r.gemm.epilogue == Epilogue::kSwiglu ? hp.fc1 : hp.fc2;
+    if (finalist(r.timed[0]))
+      for (const TimedTactic& c : r.timed)
+        if (c.tactic == incumbent) EXPECT_TRUE(finalist(c)) << format_tactic(c.tactic);
     if (r.heuristic_kept) {
       ASSERT_GE(r.timed.size(), 2u);
       const LayerPlan h = layer->plan_for_heuristic(r.bucket);
