@@ -2,8 +2,8 @@
 // the resource model admits on the current GPU is launched, verified against the float64
 // reference on a sample of tokens (a wrong result rejects it, like a failed launch), and timed
 // in the whole layer as a CUDA graph (warm-up, median, L2 flushed before every replay). The
-// finalists - the heuristic's tactic and the fastest within finalist_margin - are timed again in
-// interleaved rounds and ranked by their median timing. Winners go to the tuning cache.
+// finalists - the heuristic's tactic and the fastest within finalist_margin - are then timed
+// again with their replays interleaved, and ranked by those. Winners go to the tuning cache.
 #pragma once
 
 #include <functional>
@@ -27,12 +27,14 @@ struct TuneOptions {
   // (the run-to-run noise of the layer time): the cache never trades the heuristic for noise.
   double keep_heuristic_margin = 0.025;
   // The finalists (the heuristic's tactic and every candidate whose first timing is within
-  // finalist_margin of the fastest one, at most max_finalists in all) are timed `rounds` times
-  // more, each round all of them in turn, and ranked by the median of their timings. One timing
-  // is not enough where the layer's time is bimodal: on the H200 at glm5 T = 1024-2048 timings of
-  // one plan in one process fall ~7% apart, and a single timing on either side of that ranked
-  // tactics that lost in repeated measurement (docs/HEURISTIC.md).
-  int rounds = 2;
+  // finalist_margin of the fastest one, at most max_finalists in all) are timed again together:
+  // finalist_cycles cycles (after `warmup` untimed ones), each replaying every finalist once in
+  // an order shuffled per cycle, and rank by the median of their replays there. Timed one after
+  // another, each in a burst of its own, plans are not compared under the same conditions where
+  // the GPU runs at its power cap: on the H200 at glm5 T = 256-2048 one plan's bursts fell up to
+  // 15% apart within a minute (the first one, after the idle of its verification, fastest), more
+  // than the tactics differ.
+  int finalist_cycles = 30;  // 0: no finalists; every candidate ranks by its first timing
   double finalist_margin = 0.08;
   int max_finalists = 6;
   // Called before each measurement with a short label and the fraction done.
@@ -41,9 +43,9 @@ struct TuneOptions {
 
 struct TimedTactic {
   Tactic tactic;
-  double time_us = 0;               // the median of timings_us
-  std::vector<double> timings_us;   // each timing of the layer with this tactic in its GEMM (the
-                                    // median of `iters` replays): the first pass, then the rounds
+  double time_us = 0;        // what it ranks by: a finalist's interleaved median, else first_pass_us
+  double first_pass_us = 0;  // the median of `iters` replays right after its verification
+  std::vector<double> interleaved_us;  // a finalist's replays, in turn with the other finalists'
 };
 
 struct RejectedTactic {
@@ -54,8 +56,8 @@ struct RejectedTactic {
 struct TuneResult {
   GemmKey gemm;
   int64_t bucket = 0;
-  std::vector<TimedTactic> timed;  // the winner first, then the other finalists fastest first (by
-                                   // their median), then the rest (one timing each) fastest first
+  std::vector<TimedTactic> timed;  // the winner first, then the other finalists fastest first,
+                                   // then the rest (first pass only) fastest first
   bool heuristic_kept = false;     // the winner is the heuristic's tactic, within the margin of timed[1]
   std::vector<RejectedTactic> rejected;
 };

@@ -29,7 +29,7 @@ struct TuneArgs {
   ShapeArgs shape;
   std::string tokens, json;
   int iters = 15;
-  int rounds = 2;
+  int finalist_cycles = 30;
   double margin = 0.025;
   uint64_t seed = 1;
 };
@@ -61,7 +61,7 @@ void run_tune(const TuneArgs& a) {
   TuneOptions o;
   o.iters = a.iters;
   o.keep_heuristic_margin = a.margin;
-  o.rounds = a.rounds;
+  o.finalist_cycles = a.finalist_cycles;
   o.seed = a.seed;
   if (!a.tokens.empty()) o.buckets = buckets_of(a.tokens);
   const bool tty = isatty(fileno(stderr));
@@ -84,12 +84,13 @@ void run_tune(const TuneArgs& a) {
   std::printf("tuned %s (H %lld, I %lld, E %d, top-%d) on %s in %.1f s (weights, upload and tuning)\n",
               cfg.name.c_str(), static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.intermediate),
               cfg.num_experts, cfg.routing.top_k, id.gpu.c_str(), secs);
-  // A finalist's time is the median of its timings; their range says how far to trust it.
+  // A finalist's time is the median of its interleaved replays; its first pass, timed alone,
+  // says how far timings in bursts of their own fall from that.
   auto spread = [](const TimedTactic& c) -> std::string {
-    if (c.timings_us.size() < 2) return "";
-    const auto [lo, hi] = std::minmax_element(c.timings_us.begin(), c.timings_us.end());
+    if (c.interleaved_us.empty()) return "";
     char buf[96];
-    std::snprintf(buf, sizeof buf, " [median of %zu: %.1f-%.1f]", c.timings_us.size(), *lo, *hi);
+    std::snprintf(buf, sizeof buf, " [finalist: %zu replays interleaved; first pass %.1f]", c.interleaved_us.size(),
+                  c.first_pass_us);
     return buf;
   };
   for (const TuneResult& r : results) {
@@ -114,7 +115,10 @@ void run_tune(const TuneArgs& a) {
     for (const TuneResult& r : results) {
       nlohmann::json t = nlohmann::json::array(), x = nlohmann::json::array();
       for (const auto& c : r.timed)
-        t.push_back({{"tactic", format_tactic(c.tactic)}, {"us", c.time_us}, {"timings_us", c.timings_us}});
+        t.push_back({{"tactic", format_tactic(c.tactic)},
+                     {"us", c.time_us},
+                     {"first_pass_us", c.first_pass_us},
+                     {"interleaved_us", c.interleaved_us}});
       for (const auto& c : r.rejected) x.push_back({{"tactic", format_tactic(c.tactic)}, {"reason", c.reason}});
       j["results"].push_back({{"gemm", r.gemm.epilogue == Epilogue::kSwiglu ? "fc1" : "fc2"}, {"bucket", r.bucket},
                               {"heuristic_kept", r.heuristic_kept}, {"timed", t}, {"rejected", x}});
@@ -189,10 +193,10 @@ void register_tune(CLI::App& app) {
   a->shape.add_to(cmd);
   cmd->add_option("--tokens", a->tokens, "Token counts to tune (each goes to its bucket); default all buckets <= 16384");
   cmd->add_option("--iters", a->iters, "Timed layer replays per candidate (median)")->check(CLI::Range(1, 1000));
-  cmd->add_option("--rounds", a->rounds,
-                  "Interleaved rounds in which the finalists (the heuristic's tactic and the fastest within 8%) are "
-                  "timed again; they rank by their median")
-      ->check(CLI::Range(0, 20));
+  cmd->add_option("--finalist-cycles", a->finalist_cycles,
+                  "Cycles in which the finalists (the heuristic's tactic and the fastest within 8%) are timed again, "
+                  "one replay each a cycle in shuffled order; they rank by that median (0: by the first pass)")
+      ->check(CLI::Range(0, 1000));
   cmd->add_option("--margin", a->margin, "Keep the heuristic's tactic unless a candidate is faster by more than this fraction")
       ->check(CLI::Range(0.0, 0.5));
   cmd->add_option("--seed", a->seed, "Seed of the synthetic weights and batches");

@@ -1,9 +1,14 @@
 // median_event_time: how the benchmark, the ceilings and the tuner time GPU work;
-// median_back_to_back_time: how `fp4moe run` does.
+// interleaved_event_times: how the tuner compares its finalists; median_back_to_back_time: how
+// `fp4moe run` times.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <functional>
+#include <numeric>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -51,6 +56,46 @@ double median_event_time(int warmup, int iters, cudaStream_t stream, Fn&& fn, Be
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return median(std::move(times));
+}
+
+// Several pieces of work timed in turn: `cycles` cycles after `warmup` untimed ones, each cycle
+// running every fns[i] once (after `before`, untimed, as in median_event_time) in an order
+// shuffled per cycle (seeded: the same order every run). Every piece samples the same stretch of
+// the GPU's clock and power history, and none always follows the same neighbour; timed in
+// bursts of their own instead, two plans of the layer on a GPU at its power cap are compared
+// under conditions that drift by more than the plans differ. Returns the seconds of each run,
+// per piece, in the order taken.
+template <typename Before>
+std::vector<std::vector<double>> interleaved_event_times(int warmup, int cycles, cudaStream_t stream,
+                                                         const std::vector<std::function<void()>>& fns,
+                                                         Before&& before, uint64_t seed) {
+  cudaEvent_t start, stop;
+  FP4MOE_CUDA_CHECK(cudaEventCreate(&start));
+  FP4MOE_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<size_t> order(fns.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<double>> times(fns.size());
+  for (int c = 0; c < warmup + cycles; ++c) {
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t i : order) {
+      before();
+      if (c < warmup) {
+        fns[i]();
+        continue;
+      }
+      FP4MOE_CUDA_CHECK(cudaEventRecord(start, stream));
+      fns[i]();
+      FP4MOE_CUDA_CHECK(cudaEventRecord(stop, stream));
+      FP4MOE_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      times[i].push_back(ms * 1e-3);
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return times;
 }
 
 // Median time in seconds of fn() over `iters` runs enqueued back to back, each between its own

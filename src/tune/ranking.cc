@@ -14,7 +14,7 @@ std::vector<size_t> pick_finalists(const std::vector<TimedTactic>& timed, const 
   FP4MOE_CHECK(margin >= 0 && max_count >= 2, "tuning: finalist margin must be >= 0 and at most >= 2 finalists");
   std::vector<size_t> order(timed.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  auto first = [&](size_t i) { return timed[i].timings_us.at(0); };
+  auto first = [&](size_t i) { return timed[i].first_pass_us; };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return first(a) < first(b); });
   std::vector<size_t> out;
   const auto inc = std::find_if(order.begin(), order.end(), [&](size_t i) { return timed[i].tactic == incumbent; });
@@ -35,10 +35,10 @@ std::vector<size_t> pick_finalists(const std::vector<TimedTactic>& timed, const 
 
 bool rank_timed(std::vector<TimedTactic>& timed, const Tactic& incumbent, double keep_margin) {
   for (TimedTactic& c : timed) {
-    FP4MOE_CHECK(!c.timings_us.empty(), "tuning: ", format_tactic(c.tactic), " has no timing");
-    c.time_us = median(c.timings_us);
+    c.time_us = c.interleaved_us.empty() ? c.first_pass_us : median(c.interleaved_us);
+    FP4MOE_CHECK(c.time_us > 0, "tuning: ", format_tactic(c.tactic), " has no timing");
   }
-  auto finalist = [](const TimedTactic& c) { return c.timings_us.size() > 1; };
+  auto finalist = [](const TimedTactic& c) { return !c.interleaved_us.empty(); };
   std::stable_sort(timed.begin(), timed.end(), [&](const TimedTactic& a, const TimedTactic& b) {
     if (finalist(a) != finalist(b)) return finalist(a);
     return a.time_us < b.time_us;
@@ -46,7 +46,7 @@ bool rank_timed(std::vector<TimedTactic>& timed, const Tactic& incumbent, double
   if (timed.empty()) return false;
   const auto inc = std::find_if(timed.begin(), timed.end(), [&](const TimedTactic& c) { return c.tactic == incumbent; });
   // Only a finalist can be kept over the fastest finalist (or over the fastest of all when none
-  // was timed again): the incumbent is never compared with a timing it did not share rounds with.
+  // was timed again): the incumbent is never compared with replays it was not interleaved with.
   if (inc == timed.begin() || inc == timed.end() || finalist(*inc) != finalist(timed.front())) return false;
   if (inc->time_us > timed.front().time_us * (1 + keep_margin)) return false;
   std::rotate(timed.begin(), inc, inc + 1);

@@ -9,18 +9,19 @@
 
 namespace fp4moe {
 
-// The candidates to time again, as indices into `timed` (one first-pass timing each), fastest
-// first: every one within `margin` of the fastest first timing, at most `max_count` in all, the
+// The candidates to time again, as indices into `timed` (first passes only so far), fastest
+// first: every one within `margin` of the fastest first pass, at most `max_count` in all, the
 // incumbent (the heuristic's tactic) always among them when it was timed - a challenger can only
 // replace it by beating it in the same rounds. Fewer than two finalists leave nothing to compare:
 // the result is then empty.
 std::vector<size_t> pick_finalists(const std::vector<TimedTactic>& timed, const Tactic& incumbent, double margin,
                                    int max_count);
 
-// Each candidate's time_us becomes the median of its timings; `timed` is then ordered: the
-// finalists (more than one timing) fastest first, then the others fastest first - a candidate
-// timed once never outranks one that held its time over the rounds. The incumbent moves to the
-// front when it is within keep_margin of the fastest finalist (the return value says so).
+// Each candidate's time_us becomes the median of its interleaved replays (a finalist) or its
+// first pass; `timed` is then ordered: the finalists fastest first, then the others fastest
+// first - a first pass, timed under other conditions, never outranks a finalist. The incumbent
+// moves to the front when it is within keep_margin of the fastest finalist (the return value
+// says so).
 bool rank_timed(std::vector<TimedTactic>& timed, const Tactic& incumbent, double keep_margin);
 
 }  // namespace fp4moe

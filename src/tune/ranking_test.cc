@@ -1,5 +1,6 @@
-// The tuner's ranking rules: which first-pass timings are timed again, and how the finalists'
-// medians, the one-timing candidates and the heuristic's margin order the result.
+// The tuner's ranking rules: which first passes are timed again, and how the finalists'
+// interleaved medians, the other candidates' first passes and the heuristic's margin order the
+// result.
 #include "tune/ranking.h"
 
 #include <gtest/gtest.h>
@@ -12,7 +13,10 @@ namespace {
 // Distinct tactics, told apart by their stage count.
 Tactic tactic(int stages) { return Tactic{Family::kW4a16Wgmma, 256, 64, 64, stages, 20, 1, Epilogue::kSwiglu, false}; }
 
-TimedTactic timed(int stages, std::vector<double> us) { return {tactic(stages), 0, std::move(us)}; }
+// A candidate's first pass and, for a finalist, its interleaved replays.
+TimedTactic timed(int stages, double first_pass, std::vector<double> interleaved = {}) {
+  return {tactic(stages), 0, first_pass, std::move(interleaved)};
+}
 
 std::vector<int> stages_of(const std::vector<TimedTactic>& v) {
   std::vector<int> out;
@@ -21,8 +25,7 @@ std::vector<int> stages_of(const std::vector<TimedTactic>& v) {
 }
 
 TEST(PickFinalists, TheFastestWithinTheMarginAndTheIncumbent) {
-  const std::vector<TimedTactic> v = {timed(1, {130}), timed(2, {100}), timed(3, {107}), timed(4, {109}),
-                                      timed(5, {104})};
+  const std::vector<TimedTactic> v = {timed(1, 130), timed(2, 100), timed(3, 107), timed(4, 109), timed(5, 104)};
   // Within 8% of 100: 2, 5, 3 (fastest first); 4 (109) and 1 (130) are not.
   EXPECT_EQ(pick_finalists(v, tactic(9), 0.08, 6), (std::vector<size_t>{1, 4, 2}));
   // The incumbent joins wherever its first timing put it, and keeps its place within the cap.
@@ -36,36 +39,37 @@ TEST(PickFinalists, TheFastestWithinTheMarginAndTheIncumbent) {
   EXPECT_THROW(pick_finalists(v, tactic(1), 0.08, 1), Error);
 }
 
-TEST(RankTimed, FinalistsByMedianAheadOfSingleTimings) {
-  // 2 won its first timing on the fast side of a bimodal layer; over three it is slower than 3.
-  std::vector<TimedTactic> v = {timed(1, {103}), timed(2, {96, 112, 111}), timed(3, {100, 101, 99}),
-                                timed(4, {98})};
+TEST(RankTimed, FinalistsByMedianAheadOfFirstPasses) {
+  // 2 won its first pass (after the idle of its verification); interleaved, it is slower than 3.
+  std::vector<TimedTactic> v = {timed(1, 103), timed(2, 96, {112, 111, 96}), timed(3, 100, {100, 101, 99}),
+                                timed(4, 98)};
   EXPECT_FALSE(rank_timed(v, tactic(9), 0.025));
-  // 3 (median 100), 2 (111): then the single timings 4 (98) and 1 (103), never ahead of a finalist.
+  // 3 (median 100), 2 (111): then the first passes 4 (98) and 1 (103), never ahead of a finalist.
   EXPECT_EQ(stages_of(v), (std::vector<int>{3, 2, 4, 1}));
   EXPECT_DOUBLE_EQ(v[0].time_us, 100);
   EXPECT_DOUBLE_EQ(v[1].time_us, 111);
+  EXPECT_DOUBLE_EQ(v[2].time_us, 98);
 }
 
 TEST(RankTimed, TheIncumbentLeadsWithinTheMarginOfTheFastestFinalist) {
-  std::vector<TimedTactic> v = {timed(1, {100, 100, 100}), timed(2, {102, 101, 102})};
+  std::vector<TimedTactic> v = {timed(1, 100, {100, 100, 100}), timed(2, 102, {102, 101, 102})};
   EXPECT_TRUE(rank_timed(v, tactic(2), 0.025));
   EXPECT_EQ(stages_of(v), (std::vector<int>{2, 1}));
-  v = {timed(1, {100, 100, 100}), timed(2, {103, 103, 104})};
+  v = {timed(1, 100, {100, 100, 100}), timed(2, 99, {103, 103, 104})};
   EXPECT_FALSE(rank_timed(v, tactic(2), 0.025));
   EXPECT_EQ(stages_of(v), (std::vector<int>{1, 2}));
-  // An incumbent timed once is not compared with finalists' medians (it shared no rounds).
-  v = {timed(1, {100, 100, 100}), timed(3, {100.5, 100.5, 100.5}), timed(2, {101})};
+  // An incumbent that was no finalist is not compared with finalists' replays (it shared none).
+  v = {timed(1, 100, {100, 100, 100}), timed(3, 100, {100.5, 100.5, 100.5}), timed(2, 101)};
   EXPECT_FALSE(rank_timed(v, tactic(2), 0.025));
   EXPECT_EQ(stages_of(v), (std::vector<int>{1, 3, 2}));
-  // Without rounds everyone has one timing: the margin applies among them.
-  v = {timed(1, {100}), timed(2, {102})};
+  // Without finalists every candidate has its first pass only: the margin applies among them.
+  v = {timed(1, 100), timed(2, 102)};
   EXPECT_TRUE(rank_timed(v, tactic(2), 0.025));
   EXPECT_EQ(stages_of(v), (std::vector<int>{2, 1}));
 }
 
 TEST(RankTimed, ACandidateWithoutATimingIsAnError) {
-  std::vector<TimedTactic> v = {timed(1, {})};
+  std::vector<TimedTactic> v = {timed(1, 0)};
   EXPECT_THROW(rank_timed(v, tactic(1), 0.025), Error);
 }
 

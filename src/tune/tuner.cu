@@ -7,11 +7,12 @@
 // whole layer, timed as the benchmark times it: the median, over `iters` replays after `warmup`,
 // of a CUDA graph of the layer, with the L2 flushed (untimed) before each replay.
 //
-// One timing per candidate ranks them only roughly: the finalists (the heuristic's tactic and
-// the fastest within finalist_margin) are timed again in `rounds` interleaved rounds - every
-// finalist once a round, each round starting one finalist later, so that none is always timed
-// first or after the same neighbour - and ranked by their medians (ranking.h). The heuristic's
-// choice stays unless a finalist beats it by more than keep_heuristic_margin: between repeated
+// One timing per candidate ranks them only roughly: each is a burst of replays of its own, and
+// on a GPU at its power cap the clock drifts from one burst to the next by more than tactics
+// differ. The finalists (the heuristic's tactic and the fastest within finalist_margin) are
+// timed again together, their replays interleaved in shuffled cycles (interleaved_event_times),
+// and ranked by those medians (ranking.h). The heuristic's choice stays unless a finalist beats
+// it by more than keep_heuristic_margin: between repeated
 // benchmark runs the layer time spreads by up to ~2% at T <= 16 on the H200, and several tactics
 // lie within that of each other there.
 //
@@ -23,6 +24,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <memory>
 
 #include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
@@ -74,7 +77,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
     for (int64_t b : token_buckets())
       if (b <= 16384) buckets.push_back(b);
   FP4MOE_CHECK(opt.iters >= 1 && opt.warmup >= 0, "tuning: iters must be >= 1");
-  FP4MOE_CHECK(opt.rounds >= 0, "tuning: rounds must be >= 0, got ", opt.rounds);
+  FP4MOE_CHECK(opt.finalist_cycles >= 0, "tuning: finalist_cycles must be >= 0, got ", opt.finalist_cycles);
   // Without verified rows every candidate would pass its check (and a wrong one be cached).
   FP4MOE_CHECK(opt.verify_tokens >= 1, "tuning: verify_tokens must be >= 1, got ", opt.verify_tokens);
   for (int64_t b : buckets)
@@ -161,15 +164,14 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       if (!(err < opt.max_rel_error)) return "wrong result: relative error " + std::to_string(err) + " vs the reference";
       return {};
     };
-    // The layer with a plan, timed as the benchmark times it. The plain call first sizes the
-    // layer's workspace for the plan (another plan may have resized it since this one ran) and
-    // is the first replay's warm-up.
-    auto time_layer = [&](const LayerPlan& plan) -> double {
+    // The layer with a plan as a CUDA graph. The plain call before the capture sizes the
+    // layer's workspace for the plan (another plan may have grown it since; a buffer that grows
+    // is replaced, and the one a graph captured is kept for it).
+    auto capture = [&](const LayerPlan& plan) {
       layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), s, &plan);
-      const CapturedGraph graph(s, [&](cudaStream_t st) {
+      return std::make_unique<CapturedGraph>(s, [&](cudaStream_t st) {
         layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), st, &plan);
       });
-      return 1e6 * median_event_time(opt.warmup, opt.iters, s, [&] { graph.launch(s); }, [&] { flusher.flush(s); });
     };
 
     // The reference above is host work: the bucket's first candidate would be timed from a GPU
@@ -216,36 +218,44 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
         double us = 0;
         if (!guarded(r, t, [&] {
               wrong = verify(plan);
-              if (wrong.empty()) us = time_layer(plan);
+              if (!wrong.empty()) return;
+              const auto graph = capture(plan);
+              us = 1e6 * median_event_time(opt.warmup, opt.iters, s, [&] { graph->launch(s); }, [&] { flusher.flush(s); });
             }))
           continue;
         if (!wrong.empty()) {
           r.rejected.push_back({t, wrong});
           continue;
         }
-        r.timed.push_back({t, us, {us}});
+        r.timed.push_back({t, us, us, {}});
         plans.push_back(plan);
       }
       FP4MOE_CHECK(!r.timed.empty(), "tuning: no tactic of ", stage == 1 ? "FC1" : "FC2", " works at T = ", T);
-      // The finalists again, in interleaved rounds; one that fails now is rejected like a
-      // candidate that failed its first launch.
+      // The finalists again, together. One whose capture fails now is rejected like a candidate
+      // that failed its first launch.
       const Tactic incumbent = stage == 1 ? heuristic.fc1 : heuristic.fc2;
       std::vector<size_t> fin;
-      if (opt.rounds > 0) fin = pick_finalists(r.timed, incumbent, opt.finalist_margin, opt.max_finalists);
-      std::vector<bool> failed(r.timed.size(), false);
-      for (int round = 0; round < opt.rounds && !fin.empty(); ++round)
-        for (size_t j = 0; j < fin.size(); ++j) {
-          const size_t i = fin[(j + round) % fin.size()];
-          if (failed[i]) continue;
-          if (opt.progress)
-            opt.progress("T=" + std::to_string(T) + (stage == 1 ? " FC1 " : " FC2 ") + "round " +
-                             std::to_string(round + 1) + " " + format_tactic(r.timed[i].tactic),
-                         done / total);
-          failed[i] = !guarded(r, r.timed[i].tactic, [&] { r.timed[i].timings_us.push_back(time_layer(plans[i])); });
-        }
-      for (size_t i = r.timed.size(); i-- > 0;)
-        if (failed[i]) r.timed.erase(r.timed.begin() + static_cast<std::ptrdiff_t>(i));
-      FP4MOE_CHECK(!r.timed.empty(), "tuning: no tactic of ", stage == 1 ? "FC1" : "FC2", " works at T = ", T);
+      if (opt.finalist_cycles > 0) fin = pick_finalists(r.timed, incumbent, opt.finalist_margin, opt.max_finalists);
+      if (!fin.empty()) {
+        if (opt.progress)
+          opt.progress("T=" + std::to_string(T) + (stage == 1 ? " FC1 " : " FC2 ") + std::to_string(fin.size()) +
+                           " finalists, interleaved",
+                       done / total);
+        std::vector<std::unique_ptr<CapturedGraph>> graphs;
+        std::vector<size_t> timed_of;  // graphs[j] is the plan of r.timed[timed_of[j]]
+        std::vector<bool> failed(r.timed.size(), false);
+        for (size_t i : fin)
+          if (guarded(r, r.timed[i].tactic, [&] { graphs.push_back(capture(plans[i])); })) timed_of.push_back(i);
+          else failed[i] = true;
+        std::vector<std::function<void()>> replays;
+        for (const auto& g : graphs) replays.push_back([&s, &g] { g->launch(s); });
+        const std::vector<std::vector<double>> secs = interleaved_event_times(
+            opt.warmup, opt.finalist_cycles, s, replays, [&] { flusher.flush(s); }, opt.seed + T);
+        for (size_t j = 0; j < timed_of.size(); ++j)
+          for (double x : secs[j]) r.timed[timed_of[j]].interleaved_us.push_back(1e6 * x);
+        for (size_t i = r.timed.size(); i-- > 0;)
+          if (failed[i]) r.timed.erase(r.timed.begin() + static_cast<std::ptrdiff_t>(i));
+      }
       // The heuristic's tactic is the incumbent: a challenger replaces it only by winning by more
       // than the margin, so noise between near-equal tactics never turns into a cached choice.
       r.heuristic_kept = rank_timed(r.timed, incumbent, opt.keep_heuristic_margin);

@@ -1,8 +1,11 @@
 // median_event_time on a real GPU: its warm-up by count, and by time (the bench's --warmup-ms);
-// median_back_to_back_time; wake_gpu.
+// interleaved_event_times; median_back_to_back_time; wake_gpu.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <functional>
+#include <vector>
 
 #include "gpu_test_util.h"
 #include "runtime/event_timing.h"
@@ -46,6 +49,42 @@ TEST(EventTimingOnGpu, WarmsUpForAtLeastTheTimeAsked) {
   }, [] {}, 0.03);
   EXPECT_GE(seconds_since(t0), 0.03);
   EXPECT_GT(calls, 2 + 5 + 10);  // 30 ms of ~0.1-ms runs: well past the counted warm-up
+}
+
+TEST(EventTimingOnGpu, InterleavedTimesEachPieceInShuffledTurns) {
+  FP4MOE_REQUIRE_GPU();
+  // Three pieces of ~0.05, 0.1 and 0.2 ms: each timed once a cycle, its own time each time.
+  std::vector<int> calls(3, 0);
+  std::vector<int> order;  // which piece ran, in the order run
+  std::vector<std::function<void()>> fns;
+  for (int i = 0; i < 3; ++i)
+    fns.push_back([&, i] {
+      ++calls[i];
+      order.push_back(i);
+      spin_for<<<1, 32>>>(100'000LL << i);
+      FP4MOE_CUDA_CHECK_LAUNCH();
+    });
+  int befores = 0;
+  const auto times = interleaved_event_times(2, 9, nullptr, fns, [&] { ++befores; }, 7);
+  ASSERT_EQ(times.size(), 3u);
+  EXPECT_EQ(befores, 3 * 11);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(calls[i], 11);
+    ASSERT_EQ(times[i].size(), 9u);
+  }
+  EXPECT_GT(median(times[1]), 1.5 * median(times[0]));
+  EXPECT_GT(median(times[2]), 1.5 * median(times[1]));
+  EXPECT_LT(median(times[2]), 10e-3);
+  // Every cycle runs each piece once; the order is not one fixed rotation of the first cycle's.
+  bool varied = false;
+  for (size_t c = 0; c < 11; ++c) {
+    std::vector<int> cycle(order.begin() + 3 * c, order.begin() + 3 * c + 3);
+    std::vector<int> sorted = cycle;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, (std::vector<int>{0, 1, 2}));
+    varied |= cycle != std::vector<int>(order.begin(), order.begin() + 3);
+  }
+  EXPECT_TRUE(varied);
 }
 
 TEST(EventTimingOnGpu, BackToBackRunsTimeEachRunAlone) {

@@ -29,6 +29,7 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
   TuneOptions o;
   o.buckets = {4, 256};
   o.iters = 3;
+  o.finalist_cycles = 5;
   const std::vector<TuneResult> results = tune_layer(*layer, w, o);
   ASSERT_EQ(results.size(), 4u);  // 2 buckets x (FC1, FC2)
   for (const TuneResult& r : results) {
@@ -36,23 +37,28 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
     for (const Tactic& t : compiled_w4a16_tactics()) compiled += t.epilogue == r.gemm.epilogue;
     EXPECT_EQ(r.timed.size() + r.rejected.size(), compiled) << "every compiled tactic is accounted for";
     ASSERT_FALSE(r.timed.empty());
-    // The finalists (1 + rounds timings each, time_us their median) first, the others (one
-    // timing) after them; fastest first within each, except that the heuristic's tactic leads
-    // when within the margin of the fastest.
-    auto finalist = [](const TimedTactic& c) { return c.timings_us.size() > 1; };
+    // The finalists (finalist_cycles interleaved replays each, time_us their median) first, the
+    // others (first pass only) after them; fastest first within each, except that the
+    // heuristic's tactic leads when within the margin of the fastest.
+    auto finalist = [](const TimedTactic& c) { return !c.interleaved_us.empty(); };
     for (size_t i = 0; i < r.timed.size(); ++i) {
       const TimedTactic& c = r.timed[i];
-      ASSERT_TRUE(c.timings_us.size() == 1 || c.timings_us.size() == size_t(1 + o.rounds)) << format_tactic(c.tactic);
-      std::vector<double> sorted = c.timings_us;
-      std::sort(sorted.begin(), sorted.end());
-      EXPECT_EQ(c.time_us, sorted[sorted.size() / 2]);
-      for (double us : c.timings_us) EXPECT_GT(us, 0);
-      if (i > 0) EXPECT_FALSE(finalist(c) && !finalist(r.timed[i - 1])) << "a finalist after a one-timing candidate";
+      EXPECT_GT(c.first_pass_us, 0) << format_tactic(c.tactic);
+      if (finalist(c)) {
+        ASSERT_EQ(c.interleaved_us.size(), size_t(o.finalist_cycles)) << format_tactic(c.tactic);
+        std::vector<double> sorted = c.interleaved_us;
+        std::sort(sorted.begin(), sorted.end());
+        EXPECT_EQ(c.time_us, sorted[sorted.size() / 2]);
+        EXPECT_GT(sorted[0], 0);
+      } else {
+        EXPECT_EQ(c.time_us, c.first_pass_us);
+      }
+      if (i > 0) EXPECT_FALSE(finalist(c) && !finalist(r.timed[i - 1])) << "a finalist after a first pass";
     }
     const size_t from = r.heuristic_kept ? 2 : 1;
     for (size_t i = from; i < r.timed.size(); ++i)
       if (finalist(r.timed[i - 1]) == finalist(r.timed[i])) EXPECT_LE(r.timed[i - 1].time_us, r.timed[i].time_us);
-    // Where there were rounds, the heuristic's tactic was in them.
+    // Where there were finalists, the heuristic's tactic was among them.
     const LayerPlan hp = layer->plan_for_heuristic(r.bucket);
     const Tactic incumbent = r.gemm.epilogue == Epilogue::kSwiglu ? hp.fc1 : hp.fc2;
     if (finalist(r.timed[0]))
