@@ -3,7 +3,8 @@
 // reference on a sample of tokens (a wrong result rejects it, like a failed launch), and timed
 // in the whole layer as a CUDA graph (warm-up, median, L2 flushed before every replay). The
 // finalists - the heuristic's tactic and the fastest within finalist_margin - are then timed
-// again with their replays interleaved, and ranked by those. Winners go to the tuning cache.
+// again in turns, each long enough for the clock to settle, and ranked by those. Winners go to
+// the tuning cache.
 #pragma once
 
 #include <functional>
@@ -27,14 +28,19 @@ struct TuneOptions {
   // (the run-to-run noise of the layer time): the cache never trades the heuristic for noise.
   double keep_heuristic_margin = 0.025;
   // The finalists (the heuristic's tactic and every candidate whose first timing is within
-  // finalist_margin of the fastest one, at most max_finalists in all) are timed again together:
-  // finalist_cycles cycles (after `warmup` untimed ones), each replaying every finalist once in
-  // an order shuffled per cycle, and rank by the median of their replays there. Timed one after
-  // another, each in a burst of its own, plans are not compared under the same conditions where
-  // the GPU runs at its power cap: on the H200 at glm5 T = 256-2048 one plan's bursts fell up to
-  // 15% apart within a minute (the first one, after the idle of its verification, fastest), more
-  // than the tactics differ.
-  int finalist_cycles = 30;  // 0: no finalists; every candidate ranks by its first timing
+  // finalist_margin of the fastest one, at most max_finalists in all) are timed again together,
+  // in turns: finalist_cycles cycles, each giving every finalist one
+  // turn in an order shuffled per cycle - finalist_settle_ms of its replays untimed, then
+  // finalist_turn_replays timed - and they rank by the median of their timed replays. On a GPU at
+  // its power cap neither simpler protocol compares plans as they run in a long job: bursts of
+  // their own, one after another, drift apart (on the H200 at glm5 T = 256-2048 one plan's bursts
+  // fell 14% apart, the first, after the idle of its verification, fastest), and replays
+  // interleaved one by one share one clock, so that a plan that draws more power is not slowed by
+  // it (glm5 T = 2048: FC1 on the 192 x 176 tile 4.4% ahead so, level each plan run alone for
+  // 1.5 s, where its clock stood 4-5% lower). Settled turns ranked as the long runs did.
+  int finalist_cycles = 3;  // 0: no finalists; every candidate ranks by its first timing
+  int finalist_turn_replays = 10;  // timed replays per finalist and turn
+  double finalist_settle_ms = 300;  // untimed replays of a finalist at the start of each turn
   double finalist_margin = 0.08;
   int max_finalists = 6;
   // Called before each measurement with a short label and the fraction done.
@@ -43,9 +49,10 @@ struct TuneOptions {
 
 struct TimedTactic {
   Tactic tactic;
-  double time_us = 0;        // what it ranks by: a finalist's interleaved median, else first_pass_us
+  double time_us = 0;        // what it ranks by: a finalist's median in its turns, else first_pass_us
   double first_pass_us = 0;  // the median of `iters` replays right after its verification
-  std::vector<double> interleaved_us;  // a finalist's replays, in turn with the other finalists'
+  std::vector<double> interleaved_us;  // a finalist's timed replays, its turns alternating with the
+                                       // other finalists'
 };
 
 struct RejectedTactic {

@@ -29,7 +29,9 @@ struct TuneArgs {
   ShapeArgs shape;
   std::string tokens, json;
   int iters = 15;
-  int finalist_cycles = 30;
+  int finalist_cycles = 3;
+  int finalist_turn_replays = 10;
+  double finalist_settle_ms = 300;
   double margin = 0.025;
   uint64_t seed = 1;
 };
@@ -62,6 +64,8 @@ void run_tune(const TuneArgs& a) {
   o.iters = a.iters;
   o.keep_heuristic_margin = a.margin;
   o.finalist_cycles = a.finalist_cycles;
+  o.finalist_turn_replays = a.finalist_turn_replays;
+  o.finalist_settle_ms = a.finalist_settle_ms;
   o.seed = a.seed;
   if (!a.tokens.empty()) o.buckets = buckets_of(a.tokens);
   const bool tty = isatty(fileno(stderr));
@@ -84,12 +88,12 @@ void run_tune(const TuneArgs& a) {
   std::printf("tuned %s (H %lld, I %lld, E %d, top-%d) on %s in %.1f s (weights, upload and tuning)\n",
               cfg.name.c_str(), static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.intermediate),
               cfg.num_experts, cfg.routing.top_k, id.gpu.c_str(), secs);
-  // A finalist's time is the median of its interleaved replays; its first pass, timed alone,
-  // says how far timings in bursts of their own fall from that.
+  // A finalist's time is the median of its turns' replays; its first pass, a burst after the
+  // idle of its verification, says how far such a burst falls from a settled clock.
   auto spread = [](const TimedTactic& c) -> std::string {
     if (c.interleaved_us.empty()) return "";
     char buf[96];
-    std::snprintf(buf, sizeof buf, " [finalist: %zu replays interleaved; first pass %.1f]", c.interleaved_us.size(),
+    std::snprintf(buf, sizeof buf, " [finalist: %zu replays in turns; first pass %.1f]", c.interleaved_us.size(),
                   c.first_pass_us);
     return buf;
   };
@@ -195,8 +199,15 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--iters", a->iters, "Timed layer replays per candidate (median)")->check(CLI::Range(1, 1000));
   cmd->add_option("--finalist-cycles", a->finalist_cycles,
                   "Cycles in which the finalists (the heuristic's tactic and the fastest within 8%) are timed again, "
-                  "one replay each a cycle in shuffled order; they rank by that median (0: by the first pass)")
+                  "one turn each a cycle in shuffled order; they rank by the median of their turns (0: by the first "
+                  "pass)")
       ->check(CLI::Range(0, 1000));
+  cmd->add_option("--finalist-turn-replays", a->finalist_turn_replays, "Timed replays of a finalist in each of its turns")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--finalist-settle-ms", a->finalist_settle_ms,
+                  "Milliseconds a finalist replays untimed at the start of each turn, so that the clock settles to its "
+                  "own power draw")
+      ->check(CLI::Range(0.0, 10000.0));
   cmd->add_option("--margin", a->margin, "Keep the heuristic's tactic unless a candidate is faster by more than this fraction")
       ->check(CLI::Range(0.0, 0.5));
   cmd->add_option("--seed", a->seed, "Seed of the synthetic weights and batches");

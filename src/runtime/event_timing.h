@@ -17,13 +17,13 @@
 
 namespace fp4moe {
 
-// Median time in seconds of fn() between two events, `iters` times after at least `warmup`
-// runs - and, where min_warmup_s > 0, at least that many seconds of them (wall time, the work
+// Times in seconds of fn() between two events, `iters` times after at least `warmup` runs -
+// and, where min_warmup_s > 0, at least that many seconds of them (wall time, the work
 // synchronized), which is how a long run's state is measured: under a power cap, for one.
 // Before each run, timed or not, `before` (untimed, e.g. an L2 flush) is enqueued.
 template <typename Fn, typename Before>
-double median_event_time(int warmup, int iters, cudaStream_t stream, Fn&& fn, Before&& before,
-                         double min_warmup_s = 0) {
+std::vector<double> event_times(int warmup, int iters, cudaStream_t stream, Fn&& fn, Before&& before,
+                                double min_warmup_s = 0) {
   cudaEvent_t start, stop;
   FP4MOE_CUDA_CHECK(cudaEventCreate(&start));
   FP4MOE_CUDA_CHECK(cudaEventCreate(&stop));
@@ -55,46 +55,48 @@ double median_event_time(int warmup, int iters, cudaStream_t stream, Fn&& fn, Be
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  return median(std::move(times));
+  return times;
 }
 
-// Several pieces of work timed in turn: `cycles` cycles after `warmup` untimed ones, each cycle
-// running every fns[i] once (after `before`, untimed, as in median_event_time) in an order
-// shuffled per cycle (seeded: the same order every run). Every piece samples the same stretch of
-// the GPU's clock and power history, and none always follows the same neighbour; timed in
-// bursts of their own instead, two plans of the layer on a GPU at its power cap are compared
-// under conditions that drift by more than the plans differ. Returns the seconds of each run,
-// per piece, in the order taken.
+// The median of event_times.
+template <typename Fn, typename Before>
+double median_event_time(int warmup, int iters, cudaStream_t stream, Fn&& fn, Before&& before,
+                         double min_warmup_s = 0) {
+  return median(event_times(warmup, iters, stream, fn, before, min_warmup_s));
+}
+
+// How interleaved_event_times takes turns: `cycles` timed cycles after `warmup_cycles` untimed
+// ones; in each turn the piece first runs for settle_s seconds untimed (0: not at all), then
+// per_turn times timed.
+struct Turns {
+  int warmup_cycles = 0;
+  int cycles = 1;
+  int per_turn = 1;
+  double settle_s = 0;
+};
+
+// Several pieces of work timed in turns: each cycle gives every fns[i] one turn (after `before`,
+// untimed, as in event_times, before each of its runs) in an order shuffled per cycle (seeded:
+// the same order every run). Every piece samples the same stretch of the GPU's clock and power
+// history, and none always follows the same neighbour; timed in bursts of their own instead, two
+// plans of the layer on a GPU at its power cap are compared under conditions that drift by more
+// than the plans differ. A turn's settling lets the clock reach what the piece's own power draw
+// allows before it is timed. Returns the seconds of each timed run, per piece, in the order taken.
 template <typename Before>
-std::vector<std::vector<double>> interleaved_event_times(int warmup, int cycles, cudaStream_t stream,
+std::vector<std::vector<double>> interleaved_event_times(const Turns& turns, cudaStream_t stream,
                                                          const std::vector<std::function<void()>>& fns,
                                                          Before&& before, uint64_t seed) {
-  cudaEvent_t start, stop;
-  FP4MOE_CUDA_CHECK(cudaEventCreate(&start));
-  FP4MOE_CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<size_t> order(fns.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::mt19937_64 rng(seed);
   std::vector<std::vector<double>> times(fns.size());
-  for (int c = 0; c < warmup + cycles; ++c) {
+  for (int c = 0; c < turns.warmup_cycles + turns.cycles; ++c) {
     std::shuffle(order.begin(), order.end(), rng);
     for (size_t i : order) {
-      before();
-      if (c < warmup) {
-        fns[i]();
-        continue;
-      }
-      FP4MOE_CUDA_CHECK(cudaEventRecord(start, stream));
-      fns[i]();
-      FP4MOE_CUDA_CHECK(cudaEventRecord(stop, stream));
-      FP4MOE_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      times[i].push_back(ms * 1e-3);
+      const std::vector<double> t = event_times(0, turns.per_turn, stream, fns[i], before, turns.settle_s);
+      if (c >= turns.warmup_cycles) times[i].insert(times[i].end(), t.begin(), t.end());
     }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   return times;
 }
 

@@ -10,9 +10,10 @@
 // One timing per candidate ranks them only roughly: each is a burst of replays of its own, and
 // on a GPU at its power cap the clock drifts from one burst to the next by more than tactics
 // differ. The finalists (the heuristic's tactic and the fastest within finalist_margin) are
-// timed again together, their replays interleaved in shuffled cycles (interleaved_event_times),
-// and ranked by those medians (ranking.h). The heuristic's choice stays unless a finalist beats
-// it by more than keep_heuristic_margin: between repeated
+// timed again in turns (interleaved_event_times): cycles of one turn each in shuffled order, a
+// turn first replaying the finalist untimed until the clock has settled to its own power draw,
+// then timing it. They rank by those medians (ranking.h). The heuristic's choice stays unless a
+// finalist beats it by more than keep_heuristic_margin: between repeated
 // benchmark runs the layer time spreads by up to ~2% at T <= 16 on the H200, and several tactics
 // lie within that of each other there.
 //
@@ -77,7 +78,8 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
     for (int64_t b : token_buckets())
       if (b <= 16384) buckets.push_back(b);
   FP4MOE_CHECK(opt.iters >= 1 && opt.warmup >= 0, "tuning: iters must be >= 1");
-  FP4MOE_CHECK(opt.finalist_cycles >= 0, "tuning: finalist_cycles must be >= 0, got ", opt.finalist_cycles);
+  FP4MOE_CHECK(opt.finalist_cycles >= 0 && opt.finalist_turn_replays >= 1 && opt.finalist_settle_ms >= 0,
+               "tuning: finalist_cycles must be >= 0, finalist_turn_replays >= 1 and finalist_settle_ms >= 0");
   // Without verified rows every candidate would pass its check (and a wrong one be cached).
   FP4MOE_CHECK(opt.verify_tokens >= 1, "tuning: verify_tokens must be >= 1, got ", opt.verify_tokens);
   for (int64_t b : buckets)
@@ -239,7 +241,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       if (!fin.empty()) {
         if (opt.progress)
           opt.progress("T=" + std::to_string(T) + (stage == 1 ? " FC1 " : " FC2 ") + std::to_string(fin.size()) +
-                           " finalists, interleaved",
+                           " finalists, in turns",
                        done / total);
         std::vector<std::unique_ptr<CapturedGraph>> graphs;
         std::vector<size_t> timed_of;  // graphs[j] is the plan of r.timed[timed_of[j]]
@@ -249,8 +251,10 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
           else failed[i] = true;
         std::vector<std::function<void()>> replays;
         for (const auto& g : graphs) replays.push_back([&s, &g] { g->launch(s); });
-        const std::vector<std::vector<double>> secs = interleaved_event_times(
-            opt.warmup, opt.finalist_cycles, s, replays, [&] { flusher.flush(s); }, opt.seed + T);
+        // No untimed cycles: every turn settles first.
+        const Turns turns{0, opt.finalist_cycles, opt.finalist_turn_replays, opt.finalist_settle_ms * 1e-3};
+        const std::vector<std::vector<double>> secs =
+            interleaved_event_times(turns, s, replays, [&] { flusher.flush(s); }, opt.seed + T);
         for (size_t j = 0; j < timed_of.size(); ++j)
           for (double x : secs[j]) r.timed[timed_of[j]].interleaved_us.push_back(1e6 * x);
         for (size_t i = r.timed.size(); i-- > 0;)

@@ -65,7 +65,7 @@ TEST(EventTimingOnGpu, InterleavedTimesEachPieceInShuffledTurns) {
       FP4MOE_CUDA_CHECK_LAUNCH();
     });
   int befores = 0;
-  const auto times = interleaved_event_times(2, 9, nullptr, fns, [&] { ++befores; }, 7);
+  const auto times = interleaved_event_times(Turns{2, 9, 1, 0}, nullptr, fns, [&] { ++befores; }, 7);
   ASSERT_EQ(times.size(), 3u);
   EXPECT_EQ(befores, 3 * 11);
   for (int i = 0; i < 3; ++i) {
@@ -85,6 +85,28 @@ TEST(EventTimingOnGpu, InterleavedTimesEachPieceInShuffledTurns) {
     varied |= cycle != std::vector<int>(order.begin(), order.begin() + 3);
   }
   EXPECT_TRUE(varied);
+}
+
+TEST(EventTimingOnGpu, InterleavedTurnsSettleThenTimeSeveralRuns) {
+  FP4MOE_REQUIRE_GPU();
+  std::vector<int> order;  // which piece ran, in the order run
+  std::vector<std::function<void()>> fns;
+  for (int i = 0; i < 2; ++i)
+    fns.push_back([&, i] {
+      order.push_back(i);
+      spin_for<<<1, 32>>>(100'000);
+      FP4MOE_CUDA_CHECK_LAUNCH();
+    });
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto times = interleaved_event_times(Turns{1, 3, 4, 0.005}, nullptr, fns, [] {}, 3);
+  // 2 pieces x 4 turns (1 untimed cycle) of at least 5 ms settling each.
+  EXPECT_GE(seconds_since(t0), 8 * 0.005);
+  for (const auto& t : times) ASSERT_EQ(t.size(), 12u);  // 3 timed turns of 4 runs
+  // A turn is one piece's runs back to back: the piece changes at most once per turn.
+  size_t changes = 0;
+  for (size_t k = 1; k < order.size(); ++k) changes += order[k] != order[k - 1];
+  EXPECT_LE(changes, 8u - 1);
+  EXPECT_GT(order.size(), 8u * (4 + 10));  // each turn settled for 5 ms of ~0.05-0.1-ms runs
 }
 
 TEST(EventTimingOnGpu, BackToBackRunsTimeEachRunAlone) {

@@ -29,7 +29,10 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
   TuneOptions o;
   o.buckets = {4, 256};
   o.iters = 3;
-  o.finalist_cycles = 5;
+  // Short turns (the defaults settle 300 ms a turn): the protocol, not its length, is tested.
+  o.finalist_cycles = 2;
+  o.finalist_turn_replays = 3;
+  o.finalist_settle_ms = 2;
   const std::vector<TuneResult> results = tune_layer(*layer, w, o);
   ASSERT_EQ(results.size(), 4u);  // 2 buckets x (FC1, FC2)
   for (const TuneResult& r : results) {
@@ -37,15 +40,15 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
     for (const Tactic& t : compiled_w4a16_tactics()) compiled += t.epilogue == r.gemm.epilogue;
     EXPECT_EQ(r.timed.size() + r.rejected.size(), compiled) << "every compiled tactic is accounted for";
     ASSERT_FALSE(r.timed.empty());
-    // The finalists (finalist_cycles interleaved replays each, time_us their median) first, the
-    // others (first pass only) after them; fastest first within each, except that the
-    // heuristic's tactic leads when within the margin of the fastest.
+    // The finalists (finalist_cycles x finalist_turn_replays timed replays each, time_us their
+    // median) first, the others (first pass only) after them; fastest first within each, except
+    // that the heuristic's tactic leads when within the margin of the fastest.
     auto finalist = [](const TimedTactic& c) { return !c.interleaved_us.empty(); };
     for (size_t i = 0; i < r.timed.size(); ++i) {
       const TimedTactic& c = r.timed[i];
       EXPECT_GT(c.first_pass_us, 0) << format_tactic(c.tactic);
       if (finalist(c)) {
-        ASSERT_EQ(c.interleaved_us.size(), size_t(o.finalist_cycles)) << format_tactic(c.tactic);
+        ASSERT_EQ(c.interleaved_us.size(), size_t(o.finalist_cycles * o.finalist_turn_replays)) << format_tactic(c.tactic);
         std::vector<double> sorted = c.interleaved_us;
         std::sort(sorted.begin(), sorted.end());
         EXPECT_EQ(c.time_us, sorted[sorted.size() / 2]);
