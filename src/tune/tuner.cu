@@ -259,6 +259,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
           for (double x : secs[j]) r.timed[timed_of[j]].interleaved_us.push_back(1e6 * x);
         for (size_t i = r.timed.size(); i-- > 0;)
           if (failed[i]) r.timed.erase(r.timed.begin() + static_cast<std::ptrdiff_t>(i));
+        FP4MOE_CHECK(!r.timed.empty(), "tuning: no tactic of ", stage == 1 ? "FC1" : "FC2", " works at T = ", T);
       }
       // The heuristic's tactic is the incumbent: a challenger replaces it only by winning by more
       // than the margin, so noise between near-equal tactics never turns into a cached choice.
