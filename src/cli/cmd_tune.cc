@@ -15,11 +15,11 @@
 #include "fp4moe/error.h"
 #include "fp4moe/hw.h"
 #include "fp4moe/synthetic.h"
+#include "fp4moe/tune.h"  // host declarations (TuneOptions' defaults), with or without CUDA
 #include "fp4moe/tuning_cache.h"
 #include "fp4moe/version.h"
 #ifdef FP4MOE_WITH_CUDA
 #include "fp4moe/layer.h"
-#include "fp4moe/tune.h"
 #endif
 
 namespace fp4moe::cli {
@@ -28,11 +28,12 @@ namespace {
 struct TuneArgs {
   ShapeArgs shape;
   std::string tokens, json;
-  int iters = 15;
-  int finalist_cycles = 3;
-  int finalist_turn_replays = 10;
-  double finalist_settle_ms = 300;
-  double margin = 0.025;
+  // The library's defaults, not copies of them.
+  int iters = TuneOptions{}.iters;
+  int finalist_cycles = TuneOptions{}.finalist_cycles;
+  int finalist_turn_replays = TuneOptions{}.finalist_turn_replays;
+  double finalist_settle_ms = TuneOptions{}.finalist_settle_ms;
+  double margin = TuneOptions{}.keep_heuristic_margin;
   uint64_t seed = 1;
 };
 
@@ -90,7 +91,7 @@ void run_tune(const TuneArgs& a) {
               cfg.num_experts, cfg.routing.top_k, id.gpu.c_str(), secs);
   // A finalist's time is the median of its turns' replays; its first pass, a burst after the
   // idle of its verification, says how far such a burst falls from a settled clock.
-  auto spread = [](const TimedTactic& c) -> std::string {
+  auto finalist_note = [](const TimedTactic& c) -> std::string {
     if (c.interleaved_us.empty()) return "";
     char buf[96];
     std::snprintf(buf, sizeof buf, " [finalist: %zu replays in turns; first pass %.1f]", c.interleaved_us.size(),
@@ -100,15 +101,15 @@ void run_tune(const TuneArgs& a) {
   for (const TuneResult& r : results) {
     std::printf("%s, bucket T=%lld: winner %s, layer %.1f us%s", describe(r.gemm).c_str(),
                 static_cast<long long>(r.bucket), format_tactic(r.timed[0].tactic).c_str(), r.timed[0].time_us,
-                spread(r.timed[0]).c_str());
+                finalist_note(r.timed[0]).c_str());
     if (r.timed.size() > 1)
       std::printf("; runner-up %s, layer %.1f us (%+.1f%%)%s", format_tactic(r.timed[1].tactic).c_str(),
-                  r.timed[1].time_us, 100.0 * (r.timed[1].time_us / r.timed[0].time_us - 1), spread(r.timed[1]).c_str());
+                  r.timed[1].time_us, 100.0 * (r.timed[1].time_us / r.timed[0].time_us - 1), finalist_note(r.timed[1]).c_str());
     if (r.heuristic_kept) std::printf("; the heuristic's choice, kept: within the %.1f%% margin", 100 * a.margin);
     std::printf("\n");
     for (size_t i = 2; i < r.timed.size(); ++i)
       std::printf("    %-44s %.1f us%s\n", format_tactic(r.timed[i].tactic).c_str(), r.timed[i].time_us,
-                  spread(r.timed[i]).c_str());
+                  finalist_note(r.timed[i]).c_str());
     for (const auto& x : r.rejected)
       std::printf("    rejected %-35s %s\n", format_tactic(x.tactic).c_str(), x.reason.c_str());
   }

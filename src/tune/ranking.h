@@ -12,12 +12,12 @@ namespace fp4moe {
 // The candidates to time again, as indices into `timed` (first passes only so far), fastest
 // first: every one within `margin` of the fastest first pass, at most `max_count` in all, the
 // incumbent (the heuristic's tactic) always among them when it was timed - a challenger can only
-// replace it by beating it in the same rounds. Fewer than two finalists leave nothing to compare:
+// replace it by beating it in the same turns. Fewer than two finalists leave nothing to compare:
 // the result is then empty.
 std::vector<size_t> pick_finalists(const std::vector<TimedTactic>& timed, const Tactic& incumbent, double margin,
                                    int max_count);
 
-// Each candidate's time_us becomes the median of its interleaved replays (a finalist) or its
+// Each candidate's time_us becomes the median of its replays in turns (a finalist) or its
 // first pass; `timed` is then ordered: the finalists fastest first, then the others fastest
 // first - a first pass, timed under other conditions, never outranks a finalist. The incumbent
 // moves to the front when it is within keep_margin of the fastest finalist (the return value
