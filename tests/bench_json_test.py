@@ -3,8 +3,8 @@
 
 usage: bench_json_test.py FP4MOE_BINARY SOURCE_DIR
   - the recorded H200 run (tests/data/bench_h200_glm5.json) follows schema fp4moe-bench/1 and
-    its accounting agrees with the roofline formula (the sustained BF16 ceiling and each row's
-    share of it included);
+    its accounting agrees with the roofline formula (the sustained BF16 ceiling, each row's
+    share of it and the plain read of its bytes included);
   - `fp4moe bench` without a GPU writes a file of the same schema;
   - the plot script draws both files;
   - scripts/compare_families.py passes a dispatched run equal to its families, flags one that
@@ -83,6 +83,18 @@ def validate(d, name, gpu_run):
                 m = o["sm_clock_measured"]
                 check(m["fc1_launches"] >= 1 and m["fc2_launches"] >= 1, f"{name} T={t}: sm_clock_measured launches")
                 check(100 < m["fc1_mhz"] < 10000 and 100 < m["fc2_mhz"] < 10000, f"{name} T={t}: sm_clock_measured")
+            if "plain_read" in r:  # a plain read of the same bytes, timed as ours (memory-bound rows)
+                pr = r["plain_read"]
+                check(cost["bound"] == "memory", f"{name} T={t}: plain read on a compute-bound row")
+                if "skipped" not in pr:
+                    # No kernel reads the bytes faster than the ceiling allows (within noise).
+                    check(pr["median_us"] >= 0.95 * cost["memory_us"], f"{name} T={t}: plain read beats the floor")
+                    check(abs(pr["x_floor"] * cost["floor_us"] - pr["median_us"]) <= 1e-6 * pr["median_us"],
+                          f"{name} T={t}: plain_read.x_floor")
+                    check(abs(pr["ours_x"] * pr["median_us"] - o["median_us"]) <= 1e-6 * o["median_us"],
+                          f"{name} T={t}: plain_read.ours_x")
+                    check(abs(pr["gbs"] * pr["median_us"] * 1e3 - cost["bytes"]) <= 1e-6 * cost["bytes"],
+                          f"{name} T={t}: plain_read.gbs")
             b = r["baseline"]
             if "clock" in b:
                 validate_clock(b["clock"], f"{name} T={t}: baseline.clock")

@@ -8,6 +8,7 @@
 #include "bench/bench_runner.h"
 #include "bench/bf16_compare.h"
 #include "bench/cublas_baseline.h"
+#include "bench/plain_read.h"
 #include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
 #include "fp4moe/synthetic.h"
@@ -64,6 +65,7 @@ BenchReport run_bench(const BenchOptions& o) {
   const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
   layer->reserve(max_t);
   L2Flusher flusher(report.gpu.l2_bytes);
+  std::unique_ptr<PlainRead> reader = o.plain_read ? std::make_unique<PlainRead>() : nullptr;
   const OwnedStream stream;
   const MoeConfig& cfg = o.config;
   const std::vector<float> skew_bias =
@@ -129,6 +131,13 @@ BenchReport run_bench(const BenchOptions& o) {
     row.ours_sm_clock = layer->read_clock_accounting();
     layer->set_clock_accounting(false);
     row.ours = timed(t_ours, row.cost, row.floor);
+    // The same bytes read by a plain kernel, timed the same way: what this size costs any kernel
+    // (launch, ramp, tail) against what ours cost beyond it. Memory-bound rows only.
+    if (reader && row.floor.memory_bound) {
+      const auto bytes = static_cast<int64_t>(row.cost.bytes);
+      if (reader->reserve(bytes, &row.plain_read_skipped))
+        row.plain_read_us = 1e6 * reader->time(bytes, o.graph, o.warmup, o.iters, stream, before, o.warmup_seconds);
+    }
     // Per-stage times (plain launches; events between the stages).
     {
       cudaEvent_t ev[4];

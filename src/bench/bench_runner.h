@@ -30,6 +30,7 @@ struct BenchOptions {
   double sustain_seconds = 3;  // > 0: the sustained BF16 ceiling too (Ceilings::bf16_flops_sustained)
   std::optional<Tactic> fc1, fc2;  // fixed tactics instead of the layer's plan
   bool use_tuning_cache = true;     // the layer's plan from the tuning cache where it has one
+  bool plain_read = true;  // memory-bound rows: time a plain read of the layer's bytes too (plain_read.h)
   std::function<void(const std::string&)> progress;  // one line per step
 };
 
@@ -48,6 +49,10 @@ struct BenchRow {
   TimedPath ours;
   std::string fc1_tactic, fc2_tactic, plan_source;
   double routing_us = 0, fc1_us = 0, fc2_us = 0;  // per stage (plain launches, median)
+  // A plain read of cost.bytes timed as the layer is (plain_read.h); 0 where not run: a
+  // compute-bound row, options.plain_read off, or plain_read_skipped says why.
+  double plain_read_us = 0;
+  std::string plain_read_skipped;
   bool has_baseline = false;
   TimedPath baseline;
   std::string baseline_method;

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "bench/ceilings.h"
+#include "bench/plain_read.h"
 #include "bench/cublas_check.h"
 #include "fp4moe/error.h"
 #include "runtime/device_buffer.h"
@@ -12,24 +13,6 @@
 
 namespace fp4moe {
 namespace {
-
-// Each thread streams 16-byte loads, four in flight, and folds them into one word; the
-// (never true) comparison keeps the loads alive without writing memory.
-__global__ void read_stream(const uint4* __restrict__ p, int64_t n, uint32_t* sink) {
-  uint32_t acc = 0;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    const uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride),
-                d = __ldcs(p + i + 3 * stride);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
-  }
-  for (; i < n; i += stride) {
-    const uint4 a = __ldcs(p + i);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w;
-  }
-  if (acc == 0x9E3779B9u) *sink = acc;
-}
 
 __global__ void fill_random_bf16(__nv_bfloat16* p, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -66,8 +49,7 @@ double measure_read_bandwidth(int64_t bytes, int iters) {
   FP4MOE_CUDA_CHECK_LAUNCH();
   const int grid = sm_count() * 8;
   const double s = median_event_time(2, iters, nullptr, [&] {
-    read_stream<<<grid, 512>>>(buf.get<uint4>(), n, sink.get<uint32_t>());
-    FP4MOE_CUDA_CHECK_LAUNCH();
+    launch_read_stream(buf.get(), n * 16, grid, sink.get<uint32_t>(), nullptr);
   }, nothing);
   return static_cast<double>(n * 16) / s;
 }

@@ -181,6 +181,13 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
                   w.fc1_us, w.fc2_us, w.plan_source.c_str());
     if (w.has_baseline) std::printf("; ours vs cuBLAS rel err %.2e", w.rel_error_vs_baseline);
     std::printf("\n");
+    // What this many bytes cost a kernel that only reads them (launch, ramp, tail included).
+    if (w.plain_read_us > 0)
+      std::printf("%6s   plain read of the same %.1f MB, timed the same way: %.1f us (%.0f GB/s, %.2fx the floor); "
+                  "ours %.2fx it\n", "", w.cost.bytes / 1e6, w.plain_read_us, w.cost.bytes / w.plain_read_us / 1e3,
+                  w.plain_read_us * 1e-6 / w.floor.floor_s, w.ours.median_us / w.plain_read_us);
+    else if (!w.plain_read_skipped.empty())
+      std::printf("%6s   plain read of the same bytes: not timed (%s)\n", "", w.plain_read_skipped.c_str());
     const SmClockAccount& m = w.ours_sm_clock;
     if (w.ours_clock || m.fc1_launches > 0) {
       // NVML's sampled clock, then the one our GEMMs measured themselves (under the power cap
@@ -209,6 +216,12 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
                                   {"plan", w.plan_source},
                                   {"stages_us", {{"routing", w.routing_us}, {"fc1", w.fc1_us}, {"fc2", w.fc2_us}}}}}};
     if (w.ours_clock) j["ours"]["clock"] = clock_json(*w.ours_clock);
+    if (w.plain_read_us > 0)
+      j["plain_read"] = {{"median_us", w.plain_read_us}, {"gbs", w.cost.bytes / w.plain_read_us / 1e3},
+                         {"x_floor", w.plain_read_us * 1e-6 / w.floor.floor_s},
+                         {"ours_x", w.ours.median_us / w.plain_read_us}};
+    else if (!w.plain_read_skipped.empty())
+      j["plain_read"] = {{"skipped", w.plain_read_skipped}};
     if (m.fc1_launches > 0)
       j["ours"]["sm_clock_measured"] = {{"fc1_mhz", m.fc1_ghz * 1e3}, {"fc2_mhz", m.fc2_ghz * 1e3},
                                         {"fc1_launches", m.fc1_launches}, {"fc2_launches", m.fc2_launches}};
