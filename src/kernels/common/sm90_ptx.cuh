@@ -57,6 +57,21 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32
       "l"(src), "r"(bytes), "r"(smem_addr(bar))
       : "memory");
 }
+// createpolicy.fractional.L2::evict_first (fraction 1.0): an L2 policy for bytes read once.
+__device__ __forceinline__ uint64_t policy_evict_first() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// bulk_copy_g2s with an L2 cache policy (cp.async.bulk ... .L2::cache_hint).
+__device__ __forceinline__ void bulk_copy_g2s_evict(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                                    uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
 // cp.async.bulk.prefetch.L2: `bytes` (a multiple of 16, 16-byte aligned) into L2; no completion
 // mechanism, a hint that a later load will hit.
 __device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {

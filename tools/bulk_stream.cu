@@ -1,0 +1,258 @@
+// bulk_stream: does the fused family's way of moving weights - bulk copies into an mbarrier ring
+// of stages, items of (group, row block, K chunk) handed out by a ticket counter - read a layer's
+// bytes as fast as a plain read of them?
+//
+// A microbenchmark for kernel developers (sm_90a). The kernel is the fused layer's skeleton
+// (sm90_w4a16_fused_layer.cuh) with everything but the copies taken out: lane 0 of warp 0 draws
+// items and issues each stage's three bulk copies (the row block's weights at one K group, its
+// block scales, one 512-byte B row), four consumer warps wait for each stage and release it -
+// no MMA, no epilogue, no routing, no dependencies between items. The weights are laid out as
+// the prepacked checkpoint ([group][K group][row tile] x 2048 B, scales x 256 B), glm5's bytes at
+// T = 1 by default (18 groups of 192 row tiles x 24 K groups: 191 MB, the 9 experts' FC1 and
+// FC2). Each variant changes one thing: how items are handed out (a ticket counter, or CTA b
+// taking items b, b + grid, ...), the item's K groups, stages, rows a stage, CTAs per SM, an
+// evict-first L2 policy on the weight copies. Timing only (the bytes are never checked).
+//
+// Beside it, the bench's plain read (bench/plain_read.h) of the same bytes; both timed as the
+// bench times the layer (CUDA-graph replays, the L2 flushed before each). docs/PERFORMANCE.md,
+// "What the fused layer's time is made of", has a run and what it says.
+//
+// Usage: fp4moe_bulk_stream [groups row_tiles k_groups]   (needs an sm_90 GPU)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "bench/plain_read.h"
+#include "fp4moe/error.h"
+#include "kernels/common/cuda_check.h"
+#include "kernels/common/sm90_ptx.cuh"
+#include "runtime/captured_graph.h"
+#include "runtime/device_buffer.h"
+#include "runtime/event_timing.h"
+#include "runtime/l2_flush.h"
+
+namespace {
+
+namespace sm90 = fp4moe::ptx::sm90;
+
+constexpr int kTileBytes = 2048, kScaleBytes = 256, kBRowBytes = 512;
+constexpr int kThreads = 192;  // the producer warp, an idle warp (the fused kernel's epilogue warp), 4 consumers
+constexpr int kConsumerWarps = 4;
+
+struct StreamParams {
+  const uint8_t* weights;  // [group][kgroup][rowtile] x 2048 B
+  const uint8_t* scales;   // [group][kgroup][rowtile] x 256 B
+  const uint8_t* b_row;    // 4 KB, read 512 B a stage (L2-resident after the first)
+  int groups, rowtiles, kgroups;
+  int item_kgroups;  // stages an item
+  bool tickets;      // items from the counter; else CTA b takes b, b + grid, ...
+  bool evict_first;  // the weight and scale copies with an L2 evict-first policy
+  int* counters;     // [ticket, CTAs left]: reset by the last CTA to leave
+  uint32_t* sink;
+};
+
+template <int kRowTiles>
+constexpr int stage_bytes() {
+  return kRowTiles * (kTileBytes + kScaleBytes) + kBRowBytes;
+}
+template <int kStages, int kRowTiles>
+constexpr int smem_bytes() {
+  return kStages * stage_bytes<kRowTiles>() + kStages * (2 * 8 + 4);
+}
+
+template <int kStages, int kRowTiles>
+__global__ void __launch_bounds__(kThreads) bulk_stream_kernel(const StreamParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  constexpr int kStageBytes = stage_bytes<kRowTiles>();
+  uint64_t* const full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
+  uint64_t* const empty = full + kStages;
+  int* const last = reinterpret_cast<int*>(empty + kStages);  // per stage: 1 = no more stages
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      sm90::mbarrier_init(&full[s], 1);
+      sm90::mbarrier_init(&empty[s], kConsumerWarps);
+    }
+    sm90::fence_mbarrier_init();
+  }
+  __syncthreads();
+  const int rbs = p.rowtiles / kRowTiles, kcs = p.kgroups / p.item_kgroups, items = p.groups * rbs * kcs;
+  if (warp == 0 && lane == 0) {
+    const uint64_t policy = sm90::policy_evict_first();
+    int slot = 0, n = 0;
+    uint32_t phase = 0;
+    int t = p.tickets ? atomicAdd(p.counters, 1) : static_cast<int>(blockIdx.x);
+    while (t < items) {
+      // Item t: K chunk innermost, then row block, then group (the fused kernel's order).
+      const int g = t / (rbs * kcs), r = t - g * rbs * kcs, rb = r / kcs, kc = r - rb * kcs;
+      int next = -1;
+      for (int j = 0; j < p.item_kgroups; ++j) {
+        // The next ticket is drawn as the item's last two stages are issued, as the fused kernel does.
+        if (p.tickets && j == std::max(0, p.item_kgroups - 2)) next = atomicAdd(p.counters, 1);
+        sm90::mbarrier_wait(&empty[slot], phase ^ 1);
+        uint8_t* const st = smem + slot * kStageBytes;
+        last[slot] = 0;
+        sm90::mbarrier_arrive_expect_tx(&full[slot], kRowTiles * (kTileBytes + kScaleBytes) + kBRowBytes);
+        const int kg = kc * p.item_kgroups + j;
+        const int64_t tile = (static_cast<int64_t>(g) * p.kgroups + kg) * p.rowtiles + rb * kRowTiles;
+        if (p.evict_first) {
+          sm90::bulk_copy_g2s_evict(st, p.weights + tile * kTileBytes, kRowTiles * kTileBytes, &full[slot], policy);
+          sm90::bulk_copy_g2s_evict(st + kRowTiles * kTileBytes, p.scales + tile * kScaleBytes, kRowTiles * kScaleBytes,
+                                    &full[slot], policy);
+        } else {
+          sm90::bulk_copy_g2s(st, p.weights + tile * kTileBytes, kRowTiles * kTileBytes, &full[slot]);
+          sm90::bulk_copy_g2s(st + kRowTiles * kTileBytes, p.scales + tile * kScaleBytes, kRowTiles * kScaleBytes,
+                              &full[slot]);
+        }
+        sm90::bulk_copy_g2s(st + kRowTiles * (kTileBytes + kScaleBytes), p.b_row + (kg % 8) * kBRowBytes, kBRowBytes,
+                            &full[slot]);
+        if (++slot == kStages) slot = 0, phase ^= 1;
+      }
+      ++n;
+      t = p.tickets ? next : static_cast<int>(blockIdx.x + n * gridDim.x);
+    }
+    // The end: one more stage, marked last, with no bytes.
+    sm90::mbarrier_wait(&empty[slot], phase ^ 1);
+    last[slot] = 1;
+    sm90::mbarrier_arrive(&full[slot]);
+  } else if (warp >= 2) {
+    int slot = 0;
+    uint32_t phase = 0, acc = 0;
+    for (;;) {
+      sm90::mbarrier_wait(&full[slot], phase);
+      if (last[slot]) break;
+      acc ^= reinterpret_cast<const uint32_t*>(smem + slot * kStageBytes)[threadIdx.x];  // one word a thread
+      __syncwarp();
+      if (lane == 0) sm90::mbarrier_arrive(&empty[slot]);
+      if (++slot == kStages) slot = 0, phase ^= 1;
+    }
+    if (acc == 0x9E3779B9u) *p.sink = acc;  // keeps the read; never true for the filled bytes
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && p.tickets && atomicAdd(p.counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+    p.counters[0] = 0;
+    p.counters[1] = 0;
+  }
+}
+
+struct Variant {
+  const char* what;
+  int stages, rowtiles, item_kgroups;
+  bool tickets;
+  int ctas_per_sm;  // 0: as many as fit
+  bool evict_first;
+};
+
+template <int kStages, int kRowTiles>
+double time_variant(StreamParams p, const Variant& v, int sms, int* ctas_per_sm, fp4moe::L2Flusher& flusher,
+                    cudaStream_t stream) {
+  constexpr int kSmem = smem_bytes<kStages, kRowTiles>();
+  const auto kernel = &bulk_stream_kernel<kStages, kRowTiles>;
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  int fit = 0;
+  FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, kernel, kThreads, kSmem));
+  FP4MOE_CHECK(fit >= 1, "bulk_stream: a CTA of ", kSmem, " B of shared memory does not fit");
+  *ctas_per_sm = v.ctas_per_sm > 0 ? std::min(fit, v.ctas_per_sm) : fit;
+  const int grid = *ctas_per_sm * sms;
+  p.item_kgroups = v.item_kgroups;
+  p.tickets = v.tickets;
+  p.evict_first = v.evict_first;
+  const fp4moe::CapturedGraph graph(stream, [&](cudaStream_t s) {
+    kernel<<<grid, kThreads, kSmem, s>>>(p);
+    FP4MOE_CUDA_CHECK_LAUNCH();
+  });
+  return fp4moe::median_event_time(5, 30, stream, [&] { graph.launch(stream); }, [&] { flusher.flush(stream); });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    int groups = 18, rowtiles = 192, kgroups = 24;
+    if (argc == 4) {
+      groups = std::atoi(argv[1]), rowtiles = std::atoi(argv[2]), kgroups = std::atoi(argv[3]);
+    } else if (argc != 1) {
+      std::fprintf(stderr, "usage: fp4moe_bulk_stream [groups row_tiles k_groups]\n");
+      return 2;
+    }
+    // Every variant's item must tile the matrix: row blocks of 4, 8 and 16 row tiles, K chunks of 2..24.
+    if (groups < 1 || rowtiles < 16 || rowtiles % 16 != 0 || kgroups < 24 || kgroups % 24 != 0) {
+      std::fprintf(stderr, "fp4moe_bulk_stream: groups >= 1, row tiles a multiple of 16, K groups a multiple of 24\n");
+      return 2;
+    }
+    int dev = 0, sms = 0, major = 0;
+    FP4MOE_CUDA_CHECK(cudaGetDevice(&dev));
+    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    FP4MOE_CHECK(major == 9, "bulk_stream: built for sm_90a; this GPU is sm_", major, "x");
+    int l2 = 0;
+    FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+
+    const int64_t tiles = int64_t{groups} * rowtiles * kgroups;
+    const int64_t wbytes = tiles * kTileBytes, sbytes = tiles * kScaleBytes, bytes = wbytes + sbytes;
+    fp4moe::DeviceBuffer data(bytes), b_row(8 * kBRowBytes), counters(8), sink(4);
+    // The bytes: the plain read's fill, for real pages (never checked).
+    FP4MOE_CUDA_CHECK(cudaMemset(data.get(), 0x5A, bytes));
+    FP4MOE_CUDA_CHECK(cudaMemset(b_row.get(), 0x3C, b_row.bytes()));
+    FP4MOE_CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
+    fp4moe::OwnedStream stream;
+    fp4moe::L2Flusher flusher(l2);
+
+    fp4moe::PlainRead reader;
+    std::string why;
+    FP4MOE_CHECK(reader.reserve(bytes, &why), "bulk_stream: ", why);
+    const double plain = reader.time(bytes, /*graph=*/true, 5, 30, stream, [&] { flusher.flush(stream); }, 0);
+    std::printf("%d groups x %d row tiles x %d K groups: %.1f MB of weights and scales\n", groups, rowtiles, kgroups,
+                bytes / 1e6);
+    std::printf("plain read (bench/plain_read.h): %.1f us, %.0f GB/s\n\n", plain * 1e6, bytes / plain / 1e9);
+    std::printf("| variant | stages | rows | item K | CTAs/SM | KB in flight/SM | us | GB/s | x plain read |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+
+    StreamParams p{};
+    p.weights = data.get<uint8_t>();
+    p.scales = data.get<uint8_t>() + wbytes;
+    p.b_row = b_row.get<uint8_t>();
+    p.groups = groups, p.rowtiles = rowtiles, p.kgroups = kgroups;
+    p.counters = counters.get<int>();
+    p.sink = sink.get<uint32_t>();
+    // The fused family's glm5 shape first (m128n8k1024:s3:w6: 3 stages of 8 row tiles, items of
+    // 4 K groups, 3 CTAs an SM), then one change at a time.
+    const Variant variants[] = {
+        {"fused shape, tickets", 3, 8, 4, true, 3, false},
+        {"static items", 3, 8, 4, false, 3, false},
+        {"evict-first copies", 3, 8, 4, true, 3, true},
+        {"items of 2 K groups", 3, 8, 2, true, 3, false},
+        {"items of 8 K groups", 3, 8, 8, true, 3, false},
+        {"items of 24 K groups", 3, 8, 24, true, 3, false},
+        {"1 CTA an SM", 3, 8, 4, true, 1, false},
+        {"2 CTAs an SM", 3, 8, 4, true, 2, false},
+        {"4 CTAs an SM", 3, 8, 4, true, 4, false},
+        {"2 stages, 5 CTAs", 2, 8, 4, true, 0, false},
+        {"6 stages, 2 CTAs", 6, 8, 4, true, 0, false},
+        {"256 rows, 3 stages", 3, 16, 4, true, 0, false},
+        {"64 rows, 6 stages", 6, 4, 4, true, 0, false},
+    };
+    for (const Variant& v : variants) {
+      int ctas = 0;
+      double t = 0;
+      if (v.stages == 3 && v.rowtiles == 8) t = time_variant<3, 8>(p, v, sms, &ctas, flusher, stream);
+      else if (v.stages == 2 && v.rowtiles == 8) t = time_variant<2, 8>(p, v, sms, &ctas, flusher, stream);
+      else if (v.stages == 6 && v.rowtiles == 8) t = time_variant<6, 8>(p, v, sms, &ctas, flusher, stream);
+      else if (v.stages == 3 && v.rowtiles == 16) t = time_variant<3, 16>(p, v, sms, &ctas, flusher, stream);
+      else if (v.stages == 6 && v.rowtiles == 4) t = time_variant<6, 4>(p, v, sms, &ctas, flusher, stream);
+      else FP4MOE_CHECK(false, "bulk_stream: no instantiation for ", v.stages, " stages of ", v.rowtiles, " row tiles");
+      const double in_flight = ctas * v.stages * (v.rowtiles * (kTileBytes + kScaleBytes) + kBRowBytes) / 1024.0;
+      std::printf("| %s | %d | %d | %d | %d | %.0f | %.1f | %.0f | %.2f |\n", v.what, v.stages, v.rowtiles * 16,
+                  v.item_kgroups * 256, ctas, in_flight, t * 1e6, bytes / t / 1e9, t / plain);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fp4moe_bulk_stream: %s\n", e.what());
+    return 1;
+  }
+}
