@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -169,6 +170,17 @@ double time_variant(StreamParams p, const Variant& v, int sms, int* ctas_per_sm,
   return fp4moe::median_event_time(5, 30, stream, [&] { graph.launch(stream); }, [&] { flusher.flush(stream); });
 }
 
+// The kernel's compiled (stages, row tiles) pairs, one for each the variants name.
+using VariantTimer = double (*)(StreamParams, const Variant&, int, int*, fp4moe::L2Flusher&, cudaStream_t);
+struct Instantiation {
+  int stages, rowtiles;
+  VariantTimer time;
+};
+constexpr Instantiation kInstantiations[] = {
+    {2, 8, &time_variant<2, 8>}, {3, 8, &time_variant<3, 8>},  {6, 8, &time_variant<6, 8>},
+    {3, 16, &time_variant<3, 16>}, {6, 4, &time_variant<6, 4>},
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,7 +208,7 @@ int main(int argc, char** argv) {
     const int64_t tiles = int64_t{groups} * rowtiles * kgroups;
     const int64_t wbytes = tiles * kTileBytes, sbytes = tiles * kScaleBytes, bytes = wbytes + sbytes;
     fp4moe::DeviceBuffer data(bytes), b_row(8 * kBRowBytes), counters(8), sink(4);
-    // The bytes: the plain read's fill, for real pages (never checked).
+    // Written once, for real pages (the bytes are never checked).
     FP4MOE_CUDA_CHECK(cudaMemset(data.get(), 0x5A, bytes));
     FP4MOE_CUDA_CHECK(cudaMemset(b_row.get(), 0x3C, b_row.bytes()));
     FP4MOE_CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
@@ -238,14 +250,12 @@ int main(int argc, char** argv) {
         {"64 rows, 6 stages", 6, 4, 4, true, 0, false},
     };
     for (const Variant& v : variants) {
+      const auto inst = std::find_if(std::begin(kInstantiations), std::end(kInstantiations),
+                                     [&](const Instantiation& i) { return i.stages == v.stages && i.rowtiles == v.rowtiles; });
+      FP4MOE_CHECK(inst != std::end(kInstantiations), "bulk_stream: no instantiation for ", v.stages, " stages of ",
+                   v.rowtiles, " row tiles");
       int ctas = 0;
-      double t = 0;
-      if (v.stages == 3 && v.rowtiles == 8) t = time_variant<3, 8>(p, v, sms, &ctas, flusher, stream);
-      else if (v.stages == 2 && v.rowtiles == 8) t = time_variant<2, 8>(p, v, sms, &ctas, flusher, stream);
-      else if (v.stages == 6 && v.rowtiles == 8) t = time_variant<6, 8>(p, v, sms, &ctas, flusher, stream);
-      else if (v.stages == 3 && v.rowtiles == 16) t = time_variant<3, 16>(p, v, sms, &ctas, flusher, stream);
-      else if (v.stages == 6 && v.rowtiles == 4) t = time_variant<6, 4>(p, v, sms, &ctas, flusher, stream);
-      else FP4MOE_CHECK(false, "bulk_stream: no instantiation for ", v.stages, " stages of ", v.rowtiles, " row tiles");
+      const double t = inst->time(p, v, sms, &ctas, flusher, stream);
       const double in_flight = ctas * v.stages * (v.rowtiles * (kTileBytes + kScaleBytes) + kBRowBytes) / 1024.0;
       std::printf("| %s | %d | %d | %d | %d | %.0f | %.1f | %.0f | %.2f |\n", v.what, v.stages, v.rowtiles * 16,
                   v.item_kgroups * 256, ctas, in_flight, t * 1e6, bytes / t / 1e9, t / plain);
