@@ -22,6 +22,9 @@
 //     dequant        the dequantization alone
 //     dequant>wgmma  the dequantization feeding the wgmma (what the kernels do)
 //     dequant beside both, the wgmma reading the two fixed fragment sets instead
+//   and the same loop with W warpgroups of S sets of 64 rows each (S wgmma per k step sharing
+//   its B tile, one commit group a chunk): 4 x 1 (the kernels'), 2 x 2 and 2 x 1, the wgmma
+//   alone and fed by the dequantization, in cycles per 256 rows x 64 K
 //
 // Usage: fp4moe_dequant_overlap   (needs an sm_90 GPU; prints cycles from clock64)
 #include <cuda_runtime.h>
@@ -190,6 +193,70 @@ __global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters
   if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
 }
 
+// Fewer, wider warpgroups: kWgs warpgroups, each with kSets sets of 64 weight rows that share
+// the chunk's B tile (kSets wgmma per k step, one accumulator set each), the dequantization
+// feeding them (kDequant) or the words as they are. Per SM the same 256 rows a chunk as the
+// four-warpgroup loop above when kWgs * kSets = 4: the chunk's bookkeeping (wait, fence, commit)
+// is paid once per kSets row sets, and a scheduler has kWgs warps to switch between.
+template <int kN, int kWgs, int kSets, bool kDequant>
+__global__ void __launch_bounds__(kWgs * 128, 1) wgmma_sets_loop(const uint4* src, int iters, long long* cycles,
+                                                                  float* sink) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  uint4* words = reinterpret_cast<uint4*>(smem);
+  uint8_t* b_tile = smem + kWordsSmem * 16;
+  for (int i = threadIdx.x; i < kWordsSmem; i += blockDim.x) words[i] = src[i];
+  for (int i = threadIdx.x; i < kN * 8; i += blockDim.x) reinterpret_cast<uint4*>(b_tile)[i] = src[kWordsSmem + i];
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t scale_word = src[lane + 32].z;
+  const uint32_t desc_lo = sm90::wgmma_desc_lo_k_sw128(b_tile);
+  float acc[kSets][kN / 2] = {};
+  uint32_t frag[2][kSets][4][4];
+  const long long t0 = clock64();
+#pragma unroll 1
+  for (int it = 0; it < iters; it += 2) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+#pragma unroll
+      for (int r = 0; r < kSets; ++r) {
+        const uint4 w = words[((it + b) * 64 + (warp * kSets + r) * 32 + lane) & (kWordsSmem - 1)];
+        if constexpr (kDequant) {
+          dequant_a_fragments(w, ue5m3_pair_to_bf16x2_scaled<0>(scale_word + it + b + r), frag[b][r]);
+        } else {
+          const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+          for (int s = 0; s < 4; ++s)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) frag[b][r][s][q] = ws[s];
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kSets; ++r) sm90::wgmma_fence_operands(acc[r]);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int s = 0; s < 4; ++s)
+#pragma unroll
+        for (int r = 0; r < kSets; ++r)
+          sm90::WgmmaRs<kN>::mma(acc[r], frag[b][r][s], sm90::wgmma_desc_k_sw128(desc_lo + 2 * s), 1);
+      sm90::wgmma_commit();
+#pragma unroll
+      for (int r = 0; r < kSets; ++r) sm90::wgmma_fence_operands(acc[r]);
+      sm90::wgmma_wait<1>();
+#pragma unroll
+      for (int r = 0; r < kSets; ++r)
+#pragma unroll
+        for (int s = 0; s < 4; ++s) sm90::wgmma_fence_operands(frag[b ^ 1][r][s]);
+    }
+  }
+  sm90::wgmma_wait<0>();
+  const long long t1 = clock64();
+  float sum = 0.f;
+  for (auto& set : acc)
+    for (float v : set) sum += v;
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+  if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+}
+
 struct Buffers {
   uint4* src = nullptr;
   long long* cycles = nullptr;
@@ -227,6 +294,27 @@ double wgmma_cycles_per_chunk(const Buffers& b) {
   FP4MOE_CUDA_CHECK_LAUNCH();
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
   return static_cast<double>(slowest_cta(b, b.sms)) / kIters;
+}
+
+// Cycles per 256 rows x 64 K (the four-warpgroup loop's chunk) of the row-set loop, one CTA an SM.
+template <int kN, int kWgs, int kSets, bool kDequant>
+double wgmma_sets_cycles_per_chunk(const Buffers& b) {
+  constexpr int kIters = 20000;
+  const int smem = kWordsSmem * 16 + kN * 128;
+  const auto kernel = wgmma_sets_loop<kN, kWgs, kSets, kDequant>;
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<b.sms, kWgs * 128, smem>>>(b.src, kIters, b.cycles, b.sink);
+  FP4MOE_CUDA_CHECK_LAUNCH();
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  return static_cast<double>(slowest_cta(b, b.sms)) / kIters * 4.0 / (kWgs * kSets);
+}
+
+template <int kN>
+void wgmma_sets_row(const Buffers& b) {
+  std::printf("| %3d | %5.0f | %5.0f | %5.0f | %5.0f | %5.0f | %5.0f |\n", kN,
+              wgmma_sets_cycles_per_chunk<kN, 4, 1, false>(b), wgmma_sets_cycles_per_chunk<kN, 4, 1, true>(b),
+              wgmma_sets_cycles_per_chunk<kN, 2, 2, false>(b), wgmma_sets_cycles_per_chunk<kN, 2, 2, true>(b),
+              wgmma_sets_cycles_per_chunk<kN, 2, 1, false>(b), wgmma_sets_cycles_per_chunk<kN, 2, 1, true>(b));
 }
 
 template <int kN>
@@ -271,6 +359,12 @@ int run_all() {
   wgmma_row<40>(b);
   wgmma_row<64>(b);
   wgmma_row<128>(b);
+  std::printf("\nrow sets: W warpgroups x S sets of 64 rows sharing each k step's B tile, cycles per 256 rows x 64 K\n\n");
+  std::printf("| N | 4x1 wgmma | 4x1 dequant>wgmma | 2x2 wgmma | 2x2 dequant>wgmma | 2x1 wgmma | 2x1 dequant>wgmma |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  wgmma_sets_row<24>(b);
+  wgmma_sets_row<40>(b);
+  wgmma_sets_row<64>(b);
   FP4MOE_CUDA_CHECK(cudaFree(b.src));
   FP4MOE_CUDA_CHECK(cudaFree(b.cycles));
   FP4MOE_CUDA_CHECK(cudaFree(b.sink));
