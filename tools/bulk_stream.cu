@@ -3,15 +3,18 @@
 // bytes as fast as a plain read of them?
 //
 // A microbenchmark for kernel developers (sm_90a). The kernel is the fused layer's skeleton
-// (sm90_w4a16_fused_layer.cuh) with everything but the copies taken out: lane 0 of warp 0 draws
-// items and issues each stage's three bulk copies (the row block's weights at one K group, its
-// block scales, one 512-byte B row), four consumer warps wait for each stage and release it -
-// no MMA, no epilogue, no routing, no dependencies between items. The weights are laid out as
+// (sm90_w4a16_fused_layer.cuh) with everything but the copies (and, in some variants, the MMA
+// loop) taken out: lane 0 of warp 0 draws items and issues each stage's three bulk copies (the
+// row block's weights at one K group, its block scales, one 512-byte B row), four consumer warps
+// wait for each stage and release it - no epilogue, no routing, no dependencies between items. The weights are laid out as
 // the prepacked checkpoint ([group][K group][row tile] x 2048 B, scales x 256 B), glm5's bytes at
 // T = 1 by default (18 groups of 192 row tiles x 24 K groups: 191 MB, the 9 experts' FC1 and
 // FC2). Each variant changes one thing: how items are handed out (a ticket counter, or CTA b
 // taking items b, b + grid, ...), the item's K groups, stages, rows a stage, CTAs per SM, an
-// evict-first L2 policy on the weight copies. Timing only (the bytes are never checked).
+// evict-first L2 policy on the weight copies; and what the consumers do with a stage before they
+// release it: nothing, the fused kernel's MMA loop on it, or a hold of so many cycles (spinning
+// or asleep), with the last items' stages queued no deeper than 1 or 2 a CTA. Timing only (the
+// bytes are never checked).
 //
 // Beside it, the bench's plain read (bench/plain_read.h) of the same bytes; both timed as the
 // bench times the layer (CUDA-graph replays, the L2 flushed before each). docs/PERFORMANCE.md,
@@ -31,6 +34,9 @@
 #include "bench/plain_read.h"
 #include "fp4moe/error.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/dequant_nvfp4.cuh"
+#include "kernels/common/mma_half_chunk.cuh"
+#include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
 #include "runtime/captured_graph.h"
 #include "runtime/device_buffer.h"
@@ -53,6 +59,11 @@ struct StreamParams {
   int item_kgroups;  // stages an item
   bool tickets;      // items from the counter; else CTA b takes b, b + grid, ...
   bool evict_first;  // the weight and scale copies with an L2 evict-first policy
+  bool compute;      // the consumers run the fused kernel's MMA loop on each stage before releasing it
+  int hold_cycles;   // ... or hold it this many SM cycles (clock64)
+  bool hold_sleeps;  // ... asleep (__nanosleep), issuing nothing, instead of spinning on the clock
+  int tail_items;    // the last tail_items items: at most tail_depth stages issued and not yet released
+  int tail_depth;
   int* counters;     // [ticket, CTAs left]: reset by the last CTA to leave
   uint32_t* sink;
 };
@@ -85,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) bulk_stream_kernel(const StreamParam
   const int rbs = p.rowtiles / kRowTiles, kcs = p.kgroups / p.item_kgroups, items = p.groups * rbs * kcs;
   if (warp == 0 && lane == 0) {
     const uint64_t policy = sm90::policy_evict_first();
-    int slot = 0, n = 0;
+    int slot = 0, n = 0, issued = 0;
     uint32_t phase = 0;
     int t = p.tickets ? atomicAdd(p.counters, 1) : static_cast<int>(blockIdx.x);
     while (t < items) {
@@ -96,6 +107,13 @@ __global__ void __launch_bounds__(kThreads) bulk_stream_kernel(const StreamParam
         // The next ticket is drawn as the item's last two stages are issued, as the fused kernel does.
         if (p.tickets && j == std::max(0, p.item_kgroups - 2)) next = atomicAdd(p.counters, 1);
         sm90::mbarrier_wait(&empty[slot], phase ^ 1);
+        // Near the end, fewer stages queued per CTA: what a ring holds when the stream ends is
+        // consumed after it, at the consumers' pace.
+        if (t >= items - p.tail_items && issued >= p.tail_depth) {
+          const int m = issued - p.tail_depth;
+          sm90::mbarrier_wait(&empty[m % kStages], (m / kStages) & 1);
+        }
+        ++issued;
         uint8_t* const st = smem + slot * kStageBytes;
         last[slot] = 0;
         sm90::mbarrier_arrive_expect_tx(&full[slot], kRowTiles * (kTileBytes + kScaleBytes) + kBRowBytes);
@@ -128,6 +146,48 @@ __global__ void __launch_bounds__(kThreads) bulk_stream_kernel(const StreamParam
       sm90::mbarrier_wait(&full[slot], phase);
       if (last[slot]) break;
       acc ^= reinterpret_cast<const uint32_t*>(smem + slot * kStageBytes)[threadIdx.x];  // one word a thread
+      if constexpr (kRowTiles % kConsumerWarps == 0) {
+        if (p.compute) {
+          // The fused kernel's consumer step (sm90_w4a16_fused_layer.cuh): this warp's row tiles of
+          // the stage dequantized into mma.sync m16n8k16 against the stage's B row (in every column).
+          constexpr int kRpw = kRowTiles / kConsumerWarps;
+          const uint8_t* const st = smem + slot * kStageBytes;
+          const int rt = (warp - 2) * kRpw, t = lane & 3;
+          float mma_acc[kRpw][1][4] = {};
+          uint2 sc8[kRpw];
+#pragma unroll
+          for (int r = 0; r < kRpw; ++r)
+            sc8[r] = fp4moe::ptx::ld_shared_v2(st + kRowTiles * kTileBytes + (rt + r) * kScaleBytes + lane * 8);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            uint4 aw[kRpw];
+            uint32_t sc[kRpw];
+#pragma unroll
+            for (int r = 0; r < kRpw; ++r) {
+              aw[r] = fp4moe::ptx::ld_shared_v4(st + (rt + r) * kTileBytes + c * 512 + lane * 16);
+              sc[r] = fp4moe::kernels::chunk_scales(sc8[r], c);
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const uint4 b[1] = {fp4moe::ptx::ld_shared_v4(st + kRowTiles * (kTileBytes + kScaleBytes) + t * 32 +
+                                                             c * 128 + h * 16)};
+              fp4moe::kernels::mma_half_chunk(mma_acc, aw, sc, b, h);
+            }
+          }
+#pragma unroll
+          for (int r = 0; r < kRpw; ++r)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc += __float_as_uint(mma_acc[r][0][i]);
+        }
+      }
+      if (p.hold_cycles > 0) {
+        const long long t0 = clock64();
+        if (p.hold_sleeps) {
+          while (clock64() - t0 < p.hold_cycles) __nanosleep(100);
+        } else {
+          while (clock64() - t0 < p.hold_cycles) acc += acc >> 3;
+        }
+      }
       __syncwarp();
       if (lane == 0) sm90::mbarrier_arrive(&empty[slot]);
       if (++slot == kStages) slot = 0, phase ^= 1;
@@ -147,6 +207,10 @@ struct Variant {
   bool tickets;
   int ctas_per_sm;  // 0: as many as fit
   bool evict_first;
+  bool compute = false;
+  int hold_cycles = 0;
+  bool hold_sleeps = false;
+  int tail_items = 0, tail_depth = 0;
 };
 
 template <int kStages, int kRowTiles>
@@ -163,6 +227,11 @@ double time_variant(StreamParams p, const Variant& v, int sms, int* ctas_per_sm,
   p.item_kgroups = v.item_kgroups;
   p.tickets = v.tickets;
   p.evict_first = v.evict_first;
+  p.compute = v.compute;
+  p.hold_cycles = v.hold_cycles;
+  p.hold_sleeps = v.hold_sleeps;
+  p.tail_items = v.tail_items;
+  p.tail_depth = v.tail_depth;
   const fp4moe::CapturedGraph graph(stream, [&](cudaStream_t s) {
     kernel<<<grid, kThreads, kSmem, s>>>(p);
     FP4MOE_CUDA_CHECK_LAUNCH();
@@ -178,7 +247,8 @@ struct Instantiation {
 };
 constexpr Instantiation kInstantiations[] = {
     {2, 8, &time_variant<2, 8>}, {3, 8, &time_variant<3, 8>},  {6, 8, &time_variant<6, 8>},
-    {3, 16, &time_variant<3, 16>}, {6, 4, &time_variant<6, 4>},
+    {3, 16, &time_variant<3, 16>}, {6, 4, &time_variant<6, 4>}, {12, 2, &time_variant<12, 2>},
+    {7, 12, &time_variant<7, 12>},
 };
 
 }  // namespace
@@ -248,6 +318,25 @@ int main(int argc, char** argv) {
         {"6 stages, 2 CTAs", 6, 8, 4, true, 0, false},
         {"256 rows, 3 stages", 3, 16, 4, true, 0, false},
         {"64 rows, 6 stages", 6, 4, 4, true, 0, false},
+        // The consumers holding each stage before they release it, as the fused kernel's compute
+        // on it. Cycles at ~1.9 GHz: a stage of a CTA arrives every ~3000 (3 CTAs an SM, 128 rows)
+        // at the read ceiling; the fused kernel's consumers at glm5 T = 1 take ~76% of that.
+        {"hold 1000 cycles", 3, 8, 4, true, 3, false, false, 1000},
+        {"hold 2000 cycles", 3, 8, 4, true, 3, false, false, 2000},
+        {"hold 2280 cycles (76%)", 3, 8, 4, true, 3, false, false, 2280},
+        {"hold 2280 cycles asleep", 3, 8, 4, true, 3, false, false, 2280, true},
+        // 76% of a stage's interval in rings of other depths and stage sizes.
+        {"2 CTAs x 6 stages, hold 1520 (76%)", 6, 8, 4, true, 2, false, false, 1520},
+        {"1 CTA x 7 stages of 192 rows, hold 1160 (76%)", 7, 12, 4, true, 1, false, false, 1160},
+        {"1 CTA x 3 stages, hold 760 (76%)", 3, 8, 4, true, 1, false, false, 760},
+        {"1 CTA x 2 stages, hold 760 (76%)", 2, 8, 4, true, 1, false, false, 760},
+        {"12 stages of 32 rows, hold 540 (76%)", 12, 2, 8, true, 3, false, false, 540},
+        // The last items with at most 1 or 2 stages queued a CTA: less to consume after the stream.
+        {"hold 2280, last 400 items depth 1", 3, 8, 4, true, 3, false, false, 2280, false, 400, 1},
+        {"hold 2280, last 1600 items depth 2", 3, 8, 4, true, 3, false, false, 2280, false, 1600, 2},
+        // The consumers computing: the fused kernel's MMA loop on each stage.
+        {"the MMA loop", 3, 8, 4, true, 3, false, true},
+        {"the MMA loop, last 1600 items depth 2", 3, 8, 4, true, 3, false, true, 0, false, 1600, 2},
     };
     for (const Variant& v : variants) {
       const auto inst = std::find_if(std::begin(kInstantiations), std::end(kInstantiations),
