@@ -323,16 +323,21 @@ int main(int argc, char** argv) {
         // at the read ceiling; the fused kernel's consumers at glm5 T = 1 take ~76% of that.
         {"hold 1000 cycles", 3, 8, 4, true, 3, false, false, 1000},
         {"hold 2000 cycles", 3, 8, 4, true, 3, false, false, 2000},
+        {"hold 2500 cycles", 3, 8, 4, true, 3, false, false, 2500},
+        {"hold 2000 cycles asleep", 3, 8, 4, true, 3, false, false, 2000, true},
+        {"hold 2500 cycles asleep", 3, 8, 4, true, 3, false, false, 2500, true},
         {"hold 2280 cycles (76%)", 3, 8, 4, true, 3, false, false, 2280},
-        {"hold 2280 cycles asleep", 3, 8, 4, true, 3, false, false, 2280, true},
         // 76% of a stage's interval in rings of other depths and stage sizes.
         {"2 CTAs x 6 stages, hold 1520 (76%)", 6, 8, 4, true, 2, false, false, 1520},
         {"1 CTA x 7 stages of 192 rows, hold 1160 (76%)", 7, 12, 4, true, 1, false, false, 1160},
         {"1 CTA x 3 stages, hold 760 (76%)", 3, 8, 4, true, 1, false, false, 760},
         {"1 CTA x 2 stages, hold 760 (76%)", 2, 8, 4, true, 1, false, false, 760},
-        {"12 stages of 32 rows, hold 540 (76%)", 12, 2, 8, true, 3, false, false, 540},
+        {"12 stages of 32 rows, hold 500 (~70%)", 12, 2, 8, true, 3, false, false, 500},
+        {"12 stages of 32 rows, hold 600 (~85%)", 12, 2, 8, true, 3, false, false, 600},
         // The last items with at most 1 or 2 stages queued a CTA: less to consume after the stream.
         {"hold 2280, last 400 items depth 1", 3, 8, 4, true, 3, false, false, 2280, false, 400, 1},
+        {"hold 2280, last 800 items depth 1", 3, 8, 4, true, 3, false, false, 2280, false, 800, 1},
+        {"hold 2280, last 800 items depth 2", 3, 8, 4, true, 3, false, false, 2280, false, 800, 2},
         {"hold 2280, last 1600 items depth 2", 3, 8, 4, true, 3, false, false, 2280, false, 1600, 2},
         // The consumers computing: the fused kernel's MMA loop on each stage.
         {"the MMA loop", 3, 8, 4, true, 3, false, true},
