@@ -107,20 +107,32 @@ __global__ void __launch_bounds__(128) mma_loop(const uint4* src, int iters, lon
 
 enum class Wg { kAlone, kAluNewA, kAluFixedA, kDequantAlone, kDequantFeeds, kDequantBeside };
 
+// The wgmma loops' operands: kWordsSmem weight words into dynamic shared memory, then
+// (1024-aligned, 16 KB after the aligned base) a B tile of kN token rows x 128 B; the words, the
+// B tile's descriptor (low word) and this lane's scale word.
+struct WgmmaOperands {
+  const uint4* words;
+  uint32_t desc_lo;
+  uint32_t scale_word;
+};
+template <int kN>
+__device__ __forceinline__ WgmmaOperands stage_wgmma_operands(const uint4* src) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  uint4* words = reinterpret_cast<uint4*>(smem);
+  uint8_t* b_tile = smem + kWordsSmem * 16;
+  for (int i = threadIdx.x; i < kWordsSmem; i += blockDim.x) words[i] = src[i];
+  for (int i = threadIdx.x; i < kN * 8; i += blockDim.x) reinterpret_cast<uint4*>(b_tile)[i] = src[kWordsSmem + i];
+  __syncthreads();
+  return {words, sm90::wgmma_desc_lo_k_sw128(b_tile), src[(threadIdx.x & 31) + 32].z};
+}
+
 // 4 warpgroups; each chunk: 4 words a lane -> 16 A registers -> 4 wgmma m64nNk16 on a B tile
 // of N tokens x 64 K in shared memory (128-byte swizzle).
 template <Wg kV, int kN>
 __global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters, int never, long long* cycles,
                                                       float* sink) {
-  extern __shared__ __align__(1024) uint8_t smem[];
-  uint4* words = reinterpret_cast<uint4*>(smem);
-  uint8_t* b_tile = smem + kWordsSmem * 16;  // 1024-aligned: 16 KB after the (aligned) base
-  for (int i = threadIdx.x; i < kWordsSmem; i += blockDim.x) words[i] = src[i];
-  for (int i = threadIdx.x; i < kN * 8; i += blockDim.x) reinterpret_cast<uint4*>(b_tile)[i] = src[kWordsSmem + i];
-  __syncthreads();
+  const auto [words, desc_lo, scale_word] = stage_wgmma_operands<kN>(src);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint32_t scale_word = src[lane + 32].z;
-  const uint32_t desc_lo = sm90::wgmma_desc_lo_k_sw128(b_tile);
   float acc[kN / 2] = {};
   uint32_t frag[2][4][4];   // dequantized fragments, two buffers
   uint32_t fixed[2][4][4];  // the fixed sets of kAluNewA (rewritten), kAluFixedA, kDequantBeside
@@ -201,15 +213,8 @@ __global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters
 template <int kN, int kWgs, int kSets, bool kDequant>
 __global__ void __launch_bounds__(kWgs * 128, 1) wgmma_sets_loop(const uint4* src, int iters, long long* cycles,
                                                                   float* sink) {
-  extern __shared__ __align__(1024) uint8_t smem[];
-  uint4* words = reinterpret_cast<uint4*>(smem);
-  uint8_t* b_tile = smem + kWordsSmem * 16;
-  for (int i = threadIdx.x; i < kWordsSmem; i += blockDim.x) words[i] = src[i];
-  for (int i = threadIdx.x; i < kN * 8; i += blockDim.x) reinterpret_cast<uint4*>(b_tile)[i] = src[kWordsSmem + i];
-  __syncthreads();
+  const auto [words, desc_lo, scale_word] = stage_wgmma_operands<kN>(src);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const uint32_t scale_word = src[lane + 32].z;
-  const uint32_t desc_lo = sm90::wgmma_desc_lo_k_sw128(b_tile);
   float acc[kSets][kN / 2] = {};
   uint32_t frag[2][kSets][4][4];
   const long long t0 = clock64();
@@ -284,29 +289,31 @@ double mma_cycles_per_word(const Buffers& b, int ctas_per_sm) {
   return static_cast<double>(slowest_cta(b, ctas)) / (double{kIters} * 32 * ctas_per_sm);
 }
 
+// One CTA an SM of a wgmma loop (its operands staged by stage_wgmma_operands<kN>): the slowest
+// CTA's cycles.
+template <int kN, class Kernel, class... Args>
+long long run_wgmma_kernel(const Buffers& b, Kernel kernel, int threads, int iters, Args... args) {
+  const int smem = kWordsSmem * 16 + kN * 128;
+  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<b.sms, threads, smem>>>(b.src, iters, args..., b.cycles, b.sink);
+  FP4MOE_CUDA_CHECK_LAUNCH();
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  return slowest_cta(b, b.sms);
+}
+
 // Cycles per 64-K chunk of the four warpgroups (one SM).
 template <Wg kV, int kN>
 double wgmma_cycles_per_chunk(const Buffers& b) {
   constexpr int kIters = 20000;
-  const int smem = kWordsSmem * 16 + kN * 128;
-  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(wgmma_loop<kV, kN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  wgmma_loop<kV, kN><<<b.sms, 512, smem>>>(b.src, kIters, -1, b.cycles, b.sink);
-  FP4MOE_CUDA_CHECK_LAUNCH();
-  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
-  return static_cast<double>(slowest_cta(b, b.sms)) / kIters;
+  return static_cast<double>(run_wgmma_kernel<kN>(b, wgmma_loop<kV, kN>, 512, kIters, -1)) / kIters;
 }
 
 // Cycles per 256 rows x 64 K (the four-warpgroup loop's chunk) of the row-set loop, one CTA an SM.
 template <int kN, int kWgs, int kSets, bool kDequant>
 double wgmma_sets_cycles_per_chunk(const Buffers& b) {
   constexpr int kIters = 20000;
-  const int smem = kWordsSmem * 16 + kN * 128;
-  const auto kernel = wgmma_sets_loop<kN, kWgs, kSets, kDequant>;
-  FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<b.sms, kWgs * 128, smem>>>(b.src, kIters, b.cycles, b.sink);
-  FP4MOE_CUDA_CHECK_LAUNCH();
-  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
-  return static_cast<double>(slowest_cta(b, b.sms)) / kIters * 4.0 / (kWgs * kSets);
+  const long long cycles = run_wgmma_kernel<kN>(b, wgmma_sets_loop<kN, kWgs, kSets, kDequant>, kWgs * 128, kIters);
+  return static_cast<double>(cycles) / kIters * 4.0 / (kWgs * kSets);
 }
 
 template <int kN>
