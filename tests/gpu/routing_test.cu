@@ -1,7 +1,9 @@
 // GPU routing and permutation against the reference routing, for the single-CTA (T <= 32: the
 // decode steps) and multi-CTA paths, both modes, with and without groups and a shared expert; and the
 // permutation's invariants (offsets, row <-> pair maps are inverse, every pair placed once, each
-// expert's rows in token order).
+// expert's rows in token order). And the top-k from per-lane sorted lists (route_token's kSorted
+// path, which the small-batch and fused families run inside their kernels) against the scan the
+// routing kernels run: the same experts and weights, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include "fp4moe/hw.h"
 #include "fp4moe/synthetic.h"
 #include "gpu_test_util.h"
+#include "kernels/moe/route_token.cuh"
 #include "kernels/moe/routing.cuh"
 
 namespace fp4moe {
@@ -141,6 +144,91 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(c.experts) + "_k" + std::to_string(c.cfg.top_k) + "_g" +
              std::to_string(c.cfg.n_group) + "_T" + std::to_string(c.tokens) +
              (c.shared ? "_shared" : "") + (c.ties ? "_ties" : "");
+    });
+
+// One warp per token: route_token's scan and its sorted lists, each pair into its own buffers.
+__global__ void route_both_ways(kernels::RoutingParams p, int* ids_scan, float* w_scan, int* ids_sorted,
+                                float* w_sorted) {
+  const int tok = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (tok >= p.tokens) return;
+  int id;
+  float w;
+  kernels::routing_device::route_token<8, /*kSorted=*/false>(p, tok, lane, id, w);
+  if (lane < p.top_k) ids_scan[tok * p.top_k + lane] = id, w_scan[tok * p.top_k + lane] = w;
+  kernels::routing_device::route_token<8, /*kSorted=*/true>(p, tok, lane, id, w);
+  if (lane < p.top_k) ids_sorted[tok * p.top_k + lane] = id, w_sorted[tok * p.top_k + lane] = w;
+}
+
+struct SortedCase {
+  RoutingConfig cfg;
+  int experts;  // up to 256: 8 a lane
+  int logit_kind;  // 0: router logits; 1: on a grid of 0.5 (exact ties); 2: some far below -87 (the
+                   // sigmoid's denominator past 2^126, the division's rare path) and far above
+};
+
+class GpuRoutingSorted : public ::testing::TestWithParam<SortedCase> {};
+
+TEST_P(GpuRoutingSorted, SortedListsEqualTheScan) {
+  FP4MOE_REQUIRE_GPU();
+  const SortedCase c = GetParam();
+  const int E = c.experts, k = c.cfg.top_k;
+  const int T = 4096;
+  std::vector<float> logits = make_router_logits(T, E, 91 + c.logit_kind);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (c.logit_kind == 1) logits[i] = std::round(2.0f * logits[i]) / 2.0f;
+    if (c.logit_kind == 2 && i % 7 == 0) logits[i] = (i % 3 == 0 ? 1.0f : -1.0f) * (80.0f + static_cast<float>(i % 40));
+  }
+  if (c.logit_kind == 2)  // a token whose every logit is far below -87: its choice is the bias alone
+    for (int e = 0; e < E; ++e) logits[e] = -90.0f - static_cast<float>(e % 13);
+  std::vector<float> bias(E);
+  for (int e = 0; e < E; ++e) bias[e] = 0.01f * static_cast<float>((e * 7) % 11) - 0.05f;
+  DeviceBuffer dl = test::to_device(logits), db = test::to_device(bias);
+  DeviceBuffer ids_a(T * k * 4), w_a(T * k * 4), ids_b(T * k * 4), w_b(T * k * 4);
+  for (DeviceBuffer* b : {&ids_a, &w_a, &ids_b, &w_b}) test::poison(*b);
+  kernels::RoutingParams p;
+  p.logits = dl.get<float>();
+  p.correction_bias = c.cfg.mode == RoutingMode::kSoftmaxTopK ? nullptr : db.get<float>();
+  p.tokens = T;
+  p.experts = E;
+  p.top_k = k;
+  p.mode = c.cfg.mode == RoutingMode::kSoftmaxTopK ? 0 : 1;
+  p.n_group = c.cfg.n_group;
+  p.topk_group = c.cfg.topk_group;
+  p.norm_topk_prob = c.cfg.norm_topk_prob;
+  p.routed_scaling_factor = c.cfg.routed_scaling_factor;
+  route_both_ways<<<T / 4, 128>>>(p, ids_a.get<int>(), w_a.get<float>(), ids_b.get<int>(), w_b.get<float>());
+  FP4MOE_CUDA_CHECK(cudaGetLastError());
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<int> ia = test::to_host<int>(ids_a, T * k), ib = test::to_host<int>(ids_b, T * k);
+  const std::vector<uint32_t> wa = test::to_host<uint32_t>(w_a, T * k), wb = test::to_host<uint32_t>(w_b, T * k);
+  for (int i = 0; i < T * k; ++i) {
+    ASSERT_EQ(ia[i], ib[i]) << "token " << i / k << " slot " << i % k;
+    ASSERT_EQ(wa[i], wb[i]) << "token " << i / k << " slot " << i % k << ": weights differ in their bits";
+    ASSERT_GE(ia[i], 0);
+    ASSERT_LT(ia[i], E);
+  }
+  // The scan itself is the routing kernels' (checked against the reference above); with the far
+  // logits, the weights of a token whose every score underflows are finite too.
+  if (c.logit_kind == 2 && c.cfg.mode == RoutingMode::kSigmoidNoAuxTc) {
+    const std::vector<float> w0 = test::to_host<float>(w_a, k);
+    for (float x : w0) EXPECT_TRUE(std::isfinite(x));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, GpuRoutingSorted,
+    ::testing::Values(SortedCase{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 0},
+                      SortedCase{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 1},
+                      SortedCase{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 2},
+                      SortedCase{{RoutingMode::kSigmoidNoAuxTc, 8, 8, 4, true, 2.5f}, 256, 0},
+                      SortedCase{{RoutingMode::kSigmoidNoAuxTc, 6, 1, 1, true, 1.0f}, 200, 1},
+                      SortedCase{{RoutingMode::kSoftmaxTopK, 8, 1, 1, false, 1.0f}, 64, 1},
+                      SortedCase{{RoutingMode::kSoftmaxTopK, 4, 1, 1, true, 1.0f}, 160, 2}),
+    [](const auto& i) {
+      const SortedCase& c = i.param;
+      return std::string(c.cfg.mode == RoutingMode::kSoftmaxTopK ? "softmax" : "sigmoid") + "_E" +
+             std::to_string(c.experts) + "_k" + std::to_string(c.cfg.top_k) + "_g" +
+             std::to_string(c.cfg.n_group) + (c.logit_kind == 1 ? "_ties" : c.logit_kind == 2 ? "_far" : "");
     });
 
 }  // namespace
