@@ -26,6 +26,13 @@ struct Case {
   bool ties = false;  // logits on a grid of 0.5: many equal scores, the index breaks the tie
 };
 
+// The correction bias both tests give the sigmoid mode: small, varied, of both signs.
+std::vector<float> test_bias(int experts) {
+  std::vector<float> bias(experts);
+  for (int e = 0; e < experts; ++e) bias[e] = 0.01f * static_cast<float>((e * 7) % 11) - 0.05f;
+  return bias;
+}
+
 class GpuRouting : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GpuRouting, MatchesReferenceAndPermutationIsConsistent) {
@@ -36,23 +43,14 @@ TEST_P(GpuRouting, MatchesReferenceAndPermutationIsConsistent) {
   std::vector<float> logits = make_router_logits(T, E, 17 + T);
   if (c.ties)
     for (float& x : logits) x = std::round(2.0f * x) / 2.0f;
-  std::vector<float> bias(E);
-  for (int e = 0; e < E; ++e) bias[e] = 0.01f * static_cast<float>((e * 7) % 11) - 0.05f;
+  const std::vector<float> bias = test_bias(E);
   DeviceBuffer dl = test::to_device(logits), db = test::to_device(bias);
   DeviceBuffer ids(T * k * 4), w(T * k * 4), off((E + 2) * 4), rt(P * 4), rw(P * 4), pr(P * 4),
       chunk_counts(kernels::routing_scratch_ints(E) * 4);
   for (DeviceBuffer* b : {&ids, &w, &off, &rt, &rw, &pr}) test::poison(*b);
-  kernels::RoutingParams p;
+  kernels::RoutingParams p = kernels::routing_params_for(c.cfg, E, T);
   p.logits = dl.get<float>();
   p.correction_bias = db.get<float>();
-  p.tokens = static_cast<int>(T);
-  p.experts = E;
-  p.top_k = k;
-  p.mode = c.cfg.mode == RoutingMode::kSoftmaxTopK ? 0 : 1;
-  p.n_group = c.cfg.n_group;
-  p.topk_group = c.cfg.topk_group;
-  p.norm_topk_prob = c.cfg.norm_topk_prob;
-  p.routed_scaling_factor = c.cfg.routed_scaling_factor;
   p.shared_expert = c.shared;
   p.topk_ids = ids.get<int>();
   p.topk_weights = w.get<float>();
@@ -180,22 +178,12 @@ TEST_P(GpuRoutingSorted, SortedListsEqualTheScan) {
   }
   if (c.logit_kind == 2)  // a token whose every logit is far below -87: its choice is the bias alone
     for (int e = 0; e < E; ++e) logits[e] = -90.0f - static_cast<float>(e % 13);
-  std::vector<float> bias(E);
-  for (int e = 0; e < E; ++e) bias[e] = 0.01f * static_cast<float>((e * 7) % 11) - 0.05f;
-  DeviceBuffer dl = test::to_device(logits), db = test::to_device(bias);
+  DeviceBuffer dl = test::to_device(logits), db = test::to_device(test_bias(E));
   DeviceBuffer ids_a(T * k * 4), w_a(T * k * 4), ids_b(T * k * 4), w_b(T * k * 4);
   for (DeviceBuffer* b : {&ids_a, &w_a, &ids_b, &w_b}) test::poison(*b);
-  kernels::RoutingParams p;
+  kernels::RoutingParams p = kernels::routing_params_for(c.cfg, E, T);
   p.logits = dl.get<float>();
   p.correction_bias = c.cfg.mode == RoutingMode::kSoftmaxTopK ? nullptr : db.get<float>();
-  p.tokens = T;
-  p.experts = E;
-  p.top_k = k;
-  p.mode = c.cfg.mode == RoutingMode::kSoftmaxTopK ? 0 : 1;
-  p.n_group = c.cfg.n_group;
-  p.topk_group = c.cfg.topk_group;
-  p.norm_topk_prob = c.cfg.norm_topk_prob;
-  p.routed_scaling_factor = c.cfg.routed_scaling_factor;
   route_both_ways<<<T / 4, 128>>>(p, ids_a.get<int>(), w_a.get<float>(), ids_b.get<int>(), w_b.get<float>());
   FP4MOE_CUDA_CHECK(cudaGetLastError());
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());

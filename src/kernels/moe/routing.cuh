@@ -22,18 +22,22 @@
 namespace fp4moe::kernels {
 
 // The routing fields of `cfg` (mode, top-k, groups, normalization, scaling) for `tokens` tokens
-// over its routed experts; the caller adds the buffers, the bias and the shared expert.
-inline RoutingParams routing_params_for(const MoeConfig& cfg, int64_t tokens) {
+// over `experts` routed experts; the caller adds the buffers, the bias and the shared expert.
+inline RoutingParams routing_params_for(const RoutingConfig& cfg, int experts, int64_t tokens) {
   RoutingParams p;
   p.tokens = static_cast<int>(tokens);
-  p.experts = cfg.num_experts;
-  p.top_k = cfg.routing.top_k;
-  p.mode = cfg.routing.mode == RoutingMode::kSoftmaxTopK ? 0 : 1;
-  p.n_group = cfg.routing.n_group;
-  p.topk_group = cfg.routing.topk_group;
-  p.norm_topk_prob = cfg.routing.norm_topk_prob;
-  p.routed_scaling_factor = cfg.routing.routed_scaling_factor;
+  p.experts = experts;
+  p.top_k = cfg.top_k;
+  p.mode = cfg.mode == RoutingMode::kSoftmaxTopK ? 0 : 1;
+  p.n_group = cfg.n_group;
+  p.topk_group = cfg.topk_group;
+  p.norm_topk_prob = cfg.norm_topk_prob;
+  p.routed_scaling_factor = cfg.routed_scaling_factor;
   return p;
+}
+// The same for a layer's config: its routing over its routed experts.
+inline RoutingParams routing_params_for(const MoeConfig& cfg, int64_t tokens) {
+  return routing_params_for(cfg.routing, cfg.num_experts, tokens);
 }
 
 // Largest supported expert count (one warp holds a token's scores, 32 per lane).
