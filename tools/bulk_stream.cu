@@ -11,10 +11,13 @@
 // T = 1 by default (18 groups of 192 row tiles x 24 K groups: 191 MB, the 9 experts' FC1 and
 // FC2). Each variant changes one thing: how items are handed out (a ticket counter, or CTA b
 // taking items b, b + grid, ...), the item's K groups, stages, rows a stage, CTAs per SM, an
-// evict-first L2 policy on the weight copies; and what the consumers do with a stage before they
+// evict-first L2 policy on the weight copies; what the consumers do with a stage before they
 // release it: nothing, the fused kernel's MMA loop on it, or a hold of so many cycles (spinning
-// or asleep), with the last items' stages queued no deeper than 1 or 2 a CTA. Timing only (the
-// bytes are never checked).
+// or asleep), with the last items' stages queued no deeper than 1 or 2 a CTA; and how an item
+// ends: nothing, or as the fused kernel's FC1 items end - the consumers' partial stores, then the
+// idle warp as the epilogue warp making the round trips (arrival, the last arrival's sum, the
+// release), ordered as the kernel orders them or relaxed. Timing only (the bytes are never
+// checked).
 //
 // Beside it, the bench's plain read (bench/plain_read.h) of the same bytes; both timed as the
 // bench times the layer (CUDA-graph replays, the L2 flushed before each). docs/PERFORMANCE.md,
@@ -48,7 +51,7 @@ namespace {
 namespace sm90 = fp4moe::ptx::sm90;
 
 constexpr int kTileBytes = 2048, kScaleBytes = 256, kBRowBytes = 512;
-constexpr int kThreads = 192;  // the producer warp, an idle warp (the fused kernel's epilogue warp), 4 consumers
+constexpr int kThreads = 192;  // the producer warp, the epilogue warp (idle unless items end with round trips), 4 consumers
 constexpr int kConsumerWarps = 4;
 
 struct StreamParams {
@@ -64,9 +67,28 @@ struct StreamParams {
   bool hold_sleeps;  // ... asleep (__nanosleep), issuing nothing, instead of spinning on the clock
   int tail_items;    // the last tail_items items: at most tail_depth stages issued and not yet released
   int tail_depth;
+  int round_trips;   // kRoundTrips*: what happens at an item's end (the fused kernel's FC1 epilogue)
   int* counters;     // [ticket, CTAs left]: reset by the last CTA to leave
   uint32_t* sink;
+  float* part;       // [item][128]: a consumer's partial tile of an item (one token)
+  int* arrivals;     // [group][row block]: K chunks arrived (the last to arrive resets it)
+  int* done;         // [group]: row blocks complete (never read)
+  uint16_t* act;     // [group][row block][64]: the last chunk's sums
 };
+
+// An item's end, as the fused kernel's FC1 items end: the consumers store the item's partial
+// tile, then the epilogue warp makes the round trips - none (it only frees the ring entry), or
+// the arrival on the (group, row block) counter, the last arrival's reduction of the chunks'
+// partials and the release of the group's done counter, with the kernel's ordering (acq_rel
+// arrival, MEMBAR.SC before the reduction, release) or with every atomic relaxed and no fence.
+enum : int {
+  kRoundTripsNone = 0,
+  kRoundTripsStoresOnly = 1,
+  kRoundTripsOrdered = 2,      // acq_rel arrival, __threadfence (MEMBAR.SC.GPU) before the reduction, release
+  kRoundTripsOrderedNoSc = 3,  // the same, the reduction's lanes ordered by __syncwarp instead of the fence
+  kRoundTripsRelaxed = 4,
+};
+constexpr int kEpilogueSlots = 4;
 
 template <int kRowTiles>
 constexpr int stage_bytes() {
@@ -74,7 +96,7 @@ constexpr int stage_bytes() {
 }
 template <int kStages, int kRowTiles>
 constexpr int smem_bytes() {
-  return kStages * stage_bytes<kRowTiles>() + kStages * (2 * 8 + 4);
+  return kStages * stage_bytes<kRowTiles>() + kStages * (2 * 8 + 4 + 4) + kEpilogueSlots * (2 * 8 + 4);
 }
 
 template <int kStages, int kRowTiles>
@@ -83,12 +105,20 @@ __global__ void __launch_bounds__(kThreads) bulk_stream_kernel(const StreamParam
   constexpr int kStageBytes = stage_bytes<kRowTiles>();
   uint64_t* const full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
   uint64_t* const empty = full + kStages;
-  int* const last = reinterpret_cast<int*>(empty + kStages);  // per stage: 1 = no more stages
+  uint64_t* const ep_full = empty + kStages;     // an item's partial stores are out (the consumers)
+  uint64_t* const ep_empty = ep_full + kEpilogueSlots;  // the epilogue warp is done with it
+  int* const last = reinterpret_cast<int*>(ep_empty + kEpilogueSlots);  // per stage: 1 = no more stages
+  int* const stage_item = last + kStages;  // per stage: its item, bit 30 set on the item's last stage
+  int* const ep_item = stage_item + kStages;  // per epilogue slot: the item, -1 = the end
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       sm90::mbarrier_init(&full[s], 1);
       sm90::mbarrier_init(&empty[s], kConsumerWarps);
+    }
+    for (int s = 0; s < kEpilogueSlots; ++s) {
+      sm90::mbarrier_init(&ep_full[s], kConsumerWarps);
+      sm90::mbarrier_init(&ep_empty[s], 1);
     }
     sm90::fence_mbarrier_init();
   }
@@ -116,6 +146,7 @@ __global__ void __launch_bounds__(kThreads) bulk_stream_kernel(const StreamParam
         ++issued;
         uint8_t* const st = smem + slot * kStageBytes;
         last[slot] = 0;
+        stage_item[slot] = t | (j == p.item_kgroups - 1 ? 1 << 30 : 0);
         sm90::mbarrier_arrive_expect_tx(&full[slot], kRowTiles * (kTileBytes + kScaleBytes) + kBRowBytes);
         const int kg = kc * p.item_kgroups + j;
         const int64_t tile = (static_cast<int64_t>(g) * p.kgroups + kg) * p.rowtiles + rb * kRowTiles;
@@ -140,11 +171,34 @@ __global__ void __launch_bounds__(kThreads) bulk_stream_kernel(const StreamParam
     last[slot] = 1;
     sm90::mbarrier_arrive(&full[slot]);
   } else if (warp >= 2) {
-    int slot = 0;
-    uint32_t phase = 0, acc = 0;
+    int slot = 0, eslot = 0;
+    uint32_t phase = 0, ephase = 0, acc = 0;
+    // The item's end in the consumers: the partial tile out (lanes of token 0: rows g, g + 8 of
+    // each of the warp's row tiles; the values are whatever acc holds, never read for their
+    // bits), then the epilogue ring entry.
+    auto item_end = [&](int item) {
+      if (p.round_trips != kRoundTripsNone) {
+        if (item >= 0 && (lane & 3) == 0) {
+          constexpr int kRpw = kRowTiles / kConsumerWarps > 0 ? kRowTiles / kConsumerWarps : 1;
+          for (int r = 0; r < kRpw; ++r)
+            for (int i = 0; i < 2; ++i)
+              p.part[static_cast<int64_t>(item) * 128 + ((warp - 2) * kRpw + r) * 16 + (lane >> 2) + 8 * i] =
+                  __uint_as_float(acc + r + i);
+        }
+        sm90::mbarrier_wait(&ep_empty[eslot], ephase ^ 1);
+        if (warp == 2 && lane == 0) ep_item[eslot] = item;
+        __syncwarp();
+        if (lane == 0) sm90::mbarrier_arrive(&ep_full[eslot]);
+        if (++eslot == kEpilogueSlots) eslot = 0, ephase ^= 1;
+      }
+    };
     for (;;) {
       sm90::mbarrier_wait(&full[slot], phase);
-      if (last[slot]) break;
+      if (last[slot]) {
+        item_end(-1);
+        break;
+      }
+      const int item_of_stage = stage_item[slot];
       acc ^= reinterpret_cast<const uint32_t*>(smem + slot * kStageBytes)[threadIdx.x];  // one word a thread
       if constexpr (kRowTiles % kConsumerWarps == 0) {
         if (p.compute) {
@@ -191,8 +245,60 @@ __global__ void __launch_bounds__(kThreads) bulk_stream_kernel(const StreamParam
       __syncwarp();
       if (lane == 0) sm90::mbarrier_arrive(&empty[slot]);
       if (++slot == kStages) slot = 0, phase ^= 1;
+      if (item_of_stage >> 30) item_end(item_of_stage & ((1 << 30) - 1));
     }
     if (acc == 0x9E3779B9u) *p.sink = acc;  // keeps the read; never true for the filled bytes
+  } else if (warp == 1 && p.round_trips != kRoundTripsNone) {
+    // The epilogue warp: per item, the fused kernel's FC1 round trips (fused_fc1_reduce's loads).
+    const int row_blocks = p.rowtiles / kRowTiles, chunks = p.kgroups / p.item_kgroups;
+    int eslot = 0;
+    uint32_t ephase = 0;
+    for (;;) {
+      sm90::mbarrier_wait(&ep_full[eslot], ephase);
+      const int item = ep_item[eslot];
+      if (item < 0) break;
+      if (p.round_trips >= kRoundTripsOrdered) {
+        const bool ordered = p.round_trips != kRoundTripsRelaxed;
+        const int gr = item / chunks, g = gr / row_blocks;
+        int is_last = 0;
+        if (lane == 0) {
+          const int old = ordered ? fp4moe::ptx::atomic_add_acq_rel_gpu(p.arrivals + gr, 1) : atomicAdd(p.arrivals + gr, 1);
+          is_last = old == chunks - 1;
+          if (is_last) p.arrivals[gr] = 0;
+        }
+        if (__shfl_sync(0xffffffffu, is_last, 0)) {
+          if (p.round_trips == kRoundTripsOrdered) __threadfence();
+          else __syncwarp();
+          // As fused_fc1_reduce: per act column its gate and up rows of every chunk, 8 chunks' loads
+          // in flight before any add.
+          const float* part = p.part + static_cast<int64_t>(gr) * chunks * 128;
+          for (int c = lane; c < 64; c += 32) {
+            const int gate_row = 16 * (c / 8) + c % 8, up_row = gate_row + 8;
+            float gate = 0.0f, up = 0.0f;
+            for (int k0 = 0; k0 < chunks; k0 += 8) {
+              float gv[8], uv[8];
+#pragma unroll
+              for (int k = 0; k < 8; ++k) {
+                gv[k] = uv[k] = 0.0f;
+                if (k0 + k < chunks)
+                  gv[k] = __ldcg(part + (k0 + k) * 128 + gate_row), uv[k] = __ldcg(part + (k0 + k) * 128 + up_row);
+              }
+#pragma unroll
+              for (int k = 0; k < 8; ++k) gate += gv[k], up += uv[k];
+            }
+            p.act[static_cast<int64_t>(gr) * 64 + c] = static_cast<uint16_t>(__float_as_uint(gate * up) >> 16);
+          }
+          __syncwarp();
+          if (lane == 0) {
+            if (ordered) fp4moe::ptx::red_release_gpu_add(p.done + g, 1);
+            else atomicAdd(p.done + g, 1);
+          }
+        }
+      }
+      __syncwarp();
+      if (lane == 0) sm90::mbarrier_arrive(&ep_empty[eslot]);
+      if (++eslot == kEpilogueSlots) eslot = 0, ephase ^= 1;
+    }
   }
   __syncthreads();
   if (threadIdx.x == 0 && p.tickets && atomicAdd(p.counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
@@ -211,6 +317,7 @@ struct Variant {
   int hold_cycles = 0;
   bool hold_sleeps = false;
   int tail_items = 0, tail_depth = 0;
+  int round_trips = kRoundTripsNone;
 };
 
 template <int kStages, int kRowTiles>
@@ -232,6 +339,7 @@ double time_variant(StreamParams p, const Variant& v, int sms, int* ctas_per_sm,
   p.hold_sleeps = v.hold_sleeps;
   p.tail_items = v.tail_items;
   p.tail_depth = v.tail_depth;
+  p.round_trips = v.round_trips;
   const fp4moe::CapturedGraph graph(stream, [&](cudaStream_t s) {
     kernel<<<grid, kThreads, kSmem, s>>>(p);
     FP4MOE_CUDA_CHECK_LAUNCH();
@@ -278,6 +386,13 @@ int main(int argc, char** argv) {
     const int64_t tiles = int64_t{groups} * rowtiles * kgroups;
     const int64_t wbytes = tiles * kTileBytes, sbytes = tiles * kScaleBytes, bytes = wbytes + sbytes;
     fp4moe::DeviceBuffer data(bytes), b_row(8 * kBRowBytes), counters(8), sink(4);
+    // The round trips' buffers, for items of 8 row tiles and K chunks of 4 K groups (or more).
+    const int64_t rt_blocks = int64_t{groups} * (rowtiles / 8), rt_items = rt_blocks * (kgroups / 4);
+    fp4moe::DeviceBuffer part(rt_items * 128 * 4), arrivals(rt_blocks * 4), done(int64_t{groups} * 4),
+        act(rt_blocks * 64 * 2);
+    FP4MOE_CUDA_CHECK(cudaMemset(part.get(), 0, part.bytes()));
+    FP4MOE_CUDA_CHECK(cudaMemset(arrivals.get(), 0, arrivals.bytes()));
+    FP4MOE_CUDA_CHECK(cudaMemset(done.get(), 0, done.bytes()));
     // Written once, for real pages (the bytes are never checked).
     FP4MOE_CUDA_CHECK(cudaMemset(data.get(), 0x5A, bytes));
     FP4MOE_CUDA_CHECK(cudaMemset(b_row.get(), 0x3C, b_row.bytes()));
@@ -302,6 +417,10 @@ int main(int argc, char** argv) {
     p.groups = groups, p.rowtiles = rowtiles, p.kgroups = kgroups;
     p.counters = counters.get<int>();
     p.sink = sink.get<uint32_t>();
+    p.part = part.get<float>();
+    p.arrivals = arrivals.get<int>();
+    p.done = done.get<int>();
+    p.act = act.get<uint16_t>();
     // The fused family's glm5 shape first (m128n8k1024:s3:w6: 3 stages of 8 row tiles, items of
     // 4 K groups, 3 CTAs an SM), then one change at a time.
     const Variant variants[] = {
@@ -342,12 +461,38 @@ int main(int argc, char** argv) {
         // The consumers computing: the fused kernel's MMA loop on each stage.
         {"the MMA loop", 3, 8, 4, true, 3, false, true},
         {"the MMA loop, last 1600 items depth 2", 3, 8, 4, true, 3, false, true, 0, false, 1600, 2},
+        // An item's end as the fused kernel's FC1 items end: the partial tile stored, then the
+        // epilogue warp's round trips (ordered as the kernel orders them, or all relaxed).
+        {"item ends: partial stores only", 3, 8, 4, true, 3, false, false, 0, false, 0, 0, kRoundTripsStoresOnly},
+        {"item ends: round trips, ordered", 3, 8, 4, true, 3, false, false, 0, false, 0, 0, kRoundTripsOrdered},
+        {"item ends: round trips, ordered, no SC fence", 3, 8, 4, true, 3, false, false, 0, false, 0, 0, kRoundTripsOrderedNoSc},
+        {"item ends: round trips, relaxed", 3, 8, 4, true, 3, false, false, 0, false, 0, 0, kRoundTripsRelaxed},
+        {"the MMA loop, partial stores only", 3, 8, 4, true, 3, false, true, 0, false, 0, 0, kRoundTripsStoresOnly},
+        {"the MMA loop, round trips, ordered", 3, 8, 4, true, 3, false, true, 0, false, 0, 0, kRoundTripsOrdered},
+        {"the MMA loop, round trips, ordered, no SC fence", 3, 8, 4, true, 3, false, true, 0, false, 0, 0, kRoundTripsOrderedNoSc},
+        {"the MMA loop, round trips, relaxed", 3, 8, 4, true, 3, false, true, 0, false, 0, 0, kRoundTripsRelaxed},
+        // The same with fewer bytes in flight an SM: one CTA an SM, or three with at most 1 or 2
+        // stages each issued and not yet released (every item).
+        {"1 CTA: copies alone", 3, 8, 4, true, 1, false},
+        {"1 CTA: partial stores only", 3, 8, 4, true, 1, false, false, 0, false, 0, 0, kRoundTripsStoresOnly},
+        {"1 CTA: round trips, ordered", 3, 8, 4, true, 1, false, false, 0, false, 0, 0, kRoundTripsOrdered},
+        {"1 CTA: round trips, relaxed", 3, 8, 4, true, 1, false, false, 0, false, 0, 0, kRoundTripsRelaxed},
+        {"1 CTA: the MMA loop, round trips, ordered", 3, 8, 4, true, 1, false, true, 0, false, 0, 0, kRoundTripsOrdered},
+        {"depth 1: copies alone", 3, 8, 4, true, 3, false, false, 0, false, 1 << 20, 1},
+        {"depth 1: round trips, ordered", 3, 8, 4, true, 3, false, false, 0, false, 1 << 20, 1, kRoundTripsOrdered},
+        {"depth 1: the MMA loop, round trips, ordered", 3, 8, 4, true, 3, false, true, 0, false, 1 << 20, 1, kRoundTripsOrdered},
+        {"depth 2: copies alone", 3, 8, 4, true, 3, false, false, 0, false, 1 << 20, 2},
+        {"depth 2: round trips, ordered", 3, 8, 4, true, 3, false, false, 0, false, 1 << 20, 2, kRoundTripsOrdered},
+        {"depth 2: the MMA loop, round trips, ordered", 3, 8, 4, true, 3, false, true, 0, false, 1 << 20, 2, kRoundTripsOrdered},
+        {"depth 2: the MMA loop, round trips, relaxed", 3, 8, 4, true, 3, false, true, 0, false, 1 << 20, 2, kRoundTripsRelaxed},
     };
     for (const Variant& v : variants) {
       const auto inst = std::find_if(std::begin(kInstantiations), std::end(kInstantiations),
                                      [&](const Instantiation& i) { return i.stages == v.stages && i.rowtiles == v.rowtiles; });
       FP4MOE_CHECK(inst != std::end(kInstantiations), "bulk_stream: no instantiation for ", v.stages, " stages of ",
                    v.rowtiles, " row tiles");
+      FP4MOE_CHECK(v.round_trips == kRoundTripsNone || (v.rowtiles == 8 && v.item_kgroups >= 4),
+                   "bulk_stream: item ends are modelled for items of 8 row tiles and 4+ K groups");
       int ctas = 0;
       const double t = inst->time(p, v, sms, &ctas, flusher, stream);
       const double in_flight = ctas * v.stages * (v.rowtiles * (kTileBytes + kScaleBytes) + kBRowBytes) / 1024.0;
