@@ -68,6 +68,7 @@ struct StreamParams {
   int tail_items;    // the last tail_items items: at most tail_depth stages issued and not yet released
   int tail_depth;
   int round_trips;   // kRoundTrips*: what happens at an item's end (the fused kernel's FC1 epilogue)
+  int epilogue_slots;  // the depth of the consumers' ring to the epilogue warp (<= kEpilogueSlots)
   int* counters;     // [ticket, CTAs left]: reset by the last CTA to leave
   uint32_t* sink;
   float* part;       // [item][128]: a consumer's partial tile of an item (one token)
@@ -88,7 +89,7 @@ enum : int {
   kRoundTripsOrderedNoSc = 3,  // the same, the reduction's lanes ordered by __syncwarp instead of the fence
   kRoundTripsRelaxed = 4,
 };
-constexpr int kEpilogueSlots = 4;
+constexpr int kEpilogueSlots = 16;  // at most: the epilogue ring's depth is a variant's (the fused kernel's: 4)
 
 template <int kRowTiles>
 constexpr int stage_bytes() {
@@ -189,7 +190,7 @@ __global__ void __launch_bounds__(kThreads) bulk_stream_kernel(const StreamParam
         if (warp == 2 && lane == 0) ep_item[eslot] = item;
         __syncwarp();
         if (lane == 0) sm90::mbarrier_arrive(&ep_full[eslot]);
-        if (++eslot == kEpilogueSlots) eslot = 0, ephase ^= 1;
+        if (++eslot == p.epilogue_slots) eslot = 0, ephase ^= 1;
       }
     };
     for (;;) {
@@ -297,7 +298,7 @@ __global__ void __launch_bounds__(kThreads) bulk_stream_kernel(const StreamParam
       }
       __syncwarp();
       if (lane == 0) sm90::mbarrier_arrive(&ep_empty[eslot]);
-      if (++eslot == kEpilogueSlots) eslot = 0, ephase ^= 1;
+      if (++eslot == p.epilogue_slots) eslot = 0, ephase ^= 1;
     }
   }
   __syncthreads();
@@ -318,6 +319,7 @@ struct Variant {
   bool hold_sleeps = false;
   int tail_items = 0, tail_depth = 0;
   int round_trips = kRoundTripsNone;
+  int epilogue_slots = 4;
 };
 
 template <int kStages, int kRowTiles>
@@ -340,6 +342,7 @@ double time_variant(StreamParams p, const Variant& v, int sms, int* ctas_per_sm,
   p.tail_items = v.tail_items;
   p.tail_depth = v.tail_depth;
   p.round_trips = v.round_trips;
+  p.epilogue_slots = v.epilogue_slots;
   const fp4moe::CapturedGraph graph(stream, [&](cudaStream_t s) {
     kernel<<<grid, kThreads, kSmem, s>>>(p);
     FP4MOE_CUDA_CHECK_LAUNCH();
@@ -485,6 +488,11 @@ int main(int argc, char** argv) {
         {"depth 2: round trips, ordered", 3, 8, 4, true, 3, false, false, 0, false, 1 << 20, 2, kRoundTripsOrdered},
         {"depth 2: the MMA loop, round trips, ordered", 3, 8, 4, true, 3, false, true, 0, false, 1 << 20, 2, kRoundTripsOrdered},
         {"depth 2: the MMA loop, round trips, relaxed", 3, 8, 4, true, 3, false, true, 0, false, 1 << 20, 2, kRoundTripsRelaxed},
+        // An epilogue ring of 16: the epilogue warp may fall behind by 16 items (more than a CTA
+        // takes) without holding the consumers.
+        {"ring 16: round trips, ordered", 3, 8, 4, true, 3, false, false, 0, false, 0, 0, kRoundTripsOrdered, 16},
+        {"ring 16: round trips, relaxed", 3, 8, 4, true, 3, false, false, 0, false, 0, 0, kRoundTripsRelaxed, 16},
+        {"ring 16: the MMA loop, round trips, ordered", 3, 8, 4, true, 3, false, true, 0, false, 0, 0, kRoundTripsOrdered, 16},
     };
     for (const Variant& v : variants) {
       const auto inst = std::find_if(std::begin(kInstantiations), std::end(kInstantiations),
@@ -493,6 +501,8 @@ int main(int argc, char** argv) {
                    v.rowtiles, " row tiles");
       FP4MOE_CHECK(v.round_trips == kRoundTripsNone || (v.rowtiles == 8 && v.item_kgroups >= 4),
                    "bulk_stream: item ends are modelled for items of 8 row tiles and 4+ K groups");
+      FP4MOE_CHECK(v.epilogue_slots >= 1 && v.epilogue_slots <= kEpilogueSlots, "bulk_stream: an epilogue ring of ",
+                   v.epilogue_slots, " entries (1..", kEpilogueSlots, ")");
       int ctas = 0;
       const double t = inst->time(p, v, sms, &ctas, flusher, stream);
       const double in_flight = ctas * v.stages * (v.rowtiles * (kTileBytes + kScaleBytes) + kBRowBytes) / 1024.0;
