@@ -378,7 +378,11 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
     // chunk, the last chunk's reduction and SwiGLU, the release of fc1_done / fc2_done - once
     // the consumers' stores of the item are out (item_stored): the consumers go on to the next
     // item's stages meanwhile. (With the consumers waiting for them, items of half the size
-    // took glm5 T = 1 from 74 to 103 us, H200.)
+    // took glm5 T = 1 from 74 to 103 us, H200.) Its gpu-scope fences cost a stream of copies
+    // alone ~15 us at glm5 T = 1 (tools/bulk_stream.cu), but not this layer, where the MMA loop
+    // holds the stream as much: the partials handed over as flagged words polled by their
+    // readers, with no fence at all, measured 2 us slower (docs/PERFORMANCE.md, "Fences and the
+    // stream").
     ptx::sm90::mbarrier_wait(routed, 0);  // the tables its reductions read (col_slot)
     int islot = 0;
     uint32_t iphase = 0;
