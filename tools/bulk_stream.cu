@@ -97,7 +97,7 @@ constexpr int stage_bytes() {
 }
 template <int kStages, int kRowTiles>
 constexpr int smem_bytes() {
-  return kStages * stage_bytes<kRowTiles>() + kStages * (2 * 8 + 4 + 4) + kEpilogueSlots * (2 * 8 + 4);
+  return kStages * stage_bytes<kRowTiles>() + kStages * (2 * 8 + 4) + kEpilogueSlots * (2 * 8 + 4);
 }
 
 template <int kStages, int kRowTiles>
@@ -108,8 +108,8 @@ __global__ void __launch_bounds__(kThreads) bulk_stream_kernel(const StreamParam
   uint64_t* const empty = full + kStages;
   uint64_t* const ep_full = empty + kStages;     // an item's partial stores are out (the consumers)
   uint64_t* const ep_empty = ep_full + kEpilogueSlots;  // the epilogue warp is done with it
-  int* const last = reinterpret_cast<int*>(ep_empty + kEpilogueSlots);  // per stage: 1 = no more stages
-  int* const stage_item = last + kStages;  // per stage: its item, bit 30 set on the item's last stage
+  // Per stage: its item, bit 30 set on the item's last stage; -1 = no more stages.
+  int* const stage_item = reinterpret_cast<int*>(ep_empty + kEpilogueSlots);
   int* const ep_item = stage_item + kStages;  // per epilogue slot: the item, -1 = the end
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (threadIdx.x == 0) {
@@ -146,7 +146,6 @@ __global__ void __launch_bounds__(kThreads) bulk_stream_kernel(const StreamParam
         }
         ++issued;
         uint8_t* const st = smem + slot * kStageBytes;
-        last[slot] = 0;
         stage_item[slot] = t | (j == p.item_kgroups - 1 ? 1 << 30 : 0);
         sm90::mbarrier_arrive_expect_tx(&full[slot], kRowTiles * (kTileBytes + kScaleBytes) + kBRowBytes);
         const int kg = kc * p.item_kgroups + j;
@@ -169,7 +168,7 @@ __global__ void __launch_bounds__(kThreads) bulk_stream_kernel(const StreamParam
     }
     // The end: one more stage, marked last, with no bytes.
     sm90::mbarrier_wait(&empty[slot], phase ^ 1);
-    last[slot] = 1;
+    stage_item[slot] = -1;
     sm90::mbarrier_arrive(&full[slot]);
   } else if (warp >= 2) {
     int slot = 0, eslot = 0;
@@ -195,11 +194,11 @@ __global__ void __launch_bounds__(kThreads) bulk_stream_kernel(const StreamParam
     };
     for (;;) {
       sm90::mbarrier_wait(&full[slot], phase);
-      if (last[slot]) {
+      const int item_of_stage = stage_item[slot];
+      if (item_of_stage < 0) {
         item_end(-1);
         break;
       }
-      const int item_of_stage = stage_item[slot];
       acc ^= reinterpret_cast<const uint32_t*>(smem + slot * kStageBytes)[threadIdx.x];  // one word a thread
       if constexpr (kRowTiles % kConsumerWarps == 0) {
         if (p.compute) {

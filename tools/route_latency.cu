@@ -138,7 +138,7 @@ int main() {
         auto launch = [&] {
           route_latency_kernel<<<grid, kThreads, 0, stream>>>(rp, weights.get<uint8_t>(), copies,
                                                                stamps.get<unsigned long long>(), sink.get<int>());
-          FP4MOE_CUDA_CHECK(cudaGetLastError());
+          FP4MOE_CUDA_CHECK_LAUNCH();
         };
         for (int rep = 0; rep < 20; ++rep) {
           if (cold)
