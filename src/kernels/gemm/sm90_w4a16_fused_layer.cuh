@@ -493,30 +493,38 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
       if (it.kind == fused::kItemFinalize) {
         // out[token][row] = the sum over the token's slots of FC2's weighted K chunks, for this
         // item's kFusedFinalizeRows rows. Each value is summed by L lanes (L = 8 / T rounded to a
-        // power of two: all of the item's values in one pass), lane j taking parts j, j + L, ...
-        // (part = slot x K chunk, in order) with its loads issued before any add, then a
-        // butterfly over the L lanes: a fixed order whichever CTA takes the item. (At T = 8 with 8
-        // lanes a value, eight passes one after another took ~20 us an item, glm5 on the H200.)
-        // (The tables are the ones the producer acquired before it drew any ticket past the
-        // shared expert's.)
+        // power of two: all of the item's values in one pass), lane j taking slots j, j + L, ...,
+        // each slot's K chunks in order, with its loads issued kPerLane at a time before any add,
+        // then a butterfly over the L lanes: a fixed order whichever CTA takes the item. (At T = 8
+        // with 8 lanes a value, eight passes one after another took ~20 us an item, glm5 on the
+        // H200. Lanes that took parts j, j + L, ... of the slot-major list spent a division and a
+        // shared load on every address: 1.44 us an item at glm5 T = 1, the launch's last
+        // microseconds.) (The tables are the ones the producer acquired before it drew any ticket
+        // past the shared expert's.)
         constexpr int kPerLane = 12;
         const int lanes = T == 1 ? 8 : T == 2 ? 4 : T <= 4 ? 2 : 1;
-        const int rows = p.fc2.rows, parts = slots * G.kc2, j = ctid % lanes;
+        const int rows = p.fc2.rows, kc2 = G.kc2, j = ctid % lanes;
+        const int64_t chunk_floats = static_cast<int64_t>(rows_pad2) * T;  // one (group, K chunk)'s rows
         for (int v0 = 0; v0 < kFusedFinalizeRows * T; v0 += Tr::kConsumers / lanes) {
           const int v = v0 + ctid / lanes;
           const int row = it.rb * kFusedFinalizeRows + v / T, n = v - (v / T) * T;
           const bool live = v < kFusedFinalizeRows * T && row < rows;
+          const float* value = p.ws.fc2_part + static_cast<int64_t>(row) * T + n;  // group 0, K chunk 0
           float sum = 0.0f;
-          for (int q0 = j; q0 < parts; q0 += lanes * kPerLane) {
+          int s = j, kc = 0;
+          const float* chunk0 = s < slots ? value + pair_a[n * slots + s] * kc2 * chunk_floats : value;
+          while (live && s < slots) {
             float x[kPerLane];
 #pragma unroll
             for (int q = 0; q < kPerLane; ++q) {
-              const int part = q0 + q * lanes;
               x[q] = 0.0f;
-              if (live && part < parts) {
-                const int s = part / G.kc2, kc = part - s * G.kc2;
-                x[q] = __ldcg(p.ws.fc2_part +
-                              ((static_cast<int64_t>(pair_a[n * slots + s]) * G.kc2 + kc) * rows_pad2 + row) * T + n);
+              if (s < slots) {
+                x[q] = __ldcg(chunk0 + kc * chunk_floats);
+                if (++kc == kc2) {
+                  kc = 0;
+                  s += lanes;
+                  if (s < slots) chunk0 = value + pair_a[n * slots + s] * kc2 * chunk_floats;
+                }
               }
             }
 #pragma unroll
