@@ -511,8 +511,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
           const bool live = v < kFusedFinalizeRows * T && row < rows;
           const float* value = p.ws.fc2_part + static_cast<int64_t>(row) * T + n;  // group 0, K chunk 0
           float sum = 0.0f;
+          auto first_chunk = [&](int slot) { return value + pair_a[n * slots + slot] * kc2 * chunk_floats; };
           int s = j, kc = 0;
-          const float* chunk0 = s < slots ? value + pair_a[n * slots + s] * kc2 * chunk_floats : value;
+          const float* chunk0 = s < slots ? first_chunk(s) : value;
           while (live && s < slots) {
             float x[kPerLane];
 #pragma unroll
@@ -523,7 +524,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
                 if (++kc == kc2) {
                   kc = 0;
                   s += lanes;
-                  if (s < slots) chunk0 = value + pair_a[n * slots + s] * kc2 * chunk_floats;
+                  if (s < slots) chunk0 = first_chunk(s);
                 }
               }
             }
