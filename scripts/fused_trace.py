@@ -5,7 +5,8 @@ prints where the launch's time went: each CTA's start, routing and end, its item
 data and end, and the weight bytes streamed per microsecond (each item's bytes spread evenly
 from its first data to its end).
 
-  scripts/fused_trace.py TRACE.bin [--rows 128] [--item-k 1024] [--bin-us 2]
+  scripts/fused_trace.py TRACE.bin [--rows 128] [--item-k 1024] [--bin-us 2] [--no-shared]
+                         [--fc2-narrow-groups 1]
 
 Layout (src/kernels/gemm/fused_params.h): per CTA 4 * (1 + 96) uint64 words - a header [start,
 routed, end, items], then per item [kind | a << 8 | rb << 16 | kc << 24, entry, first data, end],
@@ -26,18 +27,28 @@ def main():
     ap.add_argument("--rows", type=int, default=128, help="the tactic's rows per item")
     ap.add_argument("--item-k", type=int, default=1024, help="the tactic's K per item")
     ap.add_argument("--bin-us", type=float, default=2.0)
+    ap.add_argument("--no-shared", action="store_true", help="the layer has no shared expert")
+    ap.add_argument("--fc2-narrow-groups", type=int, default=1,
+                    help="kFusedFc2NarrowGroups: the last active groups whose FC2 items are half K chunks")
     a = ap.parse_args()
     raw = np.fromfile(a.trace, dtype=np.uint64).reshape(-1, 1 + ITEMS, 4)
     ctas = [c for c in raw if c[0, 0] != 0]
     t0 = min(int(c[0, 0]) for c in ctas)
     us = lambda ns: (int(ns) - t0) / 1000.0
-    item_bytes = a.rows // 16 * (a.item_k // 256) * 2304
+    whole = a.rows // 16 * (a.item_k // 256) * 2304  # a row block's weights and scales at item_k
     items = []
     for i, c in enumerate(ctas):
         for r in c[1:1 + int(c[0, 3])]:
             code = int(r[0])
             items.append(dict(cta=i, kind=code & 0xFF, a=(code >> 8) & 0xFF, rb=(code >> 16) & 0xFF,
                               kc=(code >> 24) & 0xFF, entry=us(r[1]), data=us(r[2]), end=us(r[3])))
+    # Each item's bytes: the shared expert's FC1 items (group 0) and the last groups' FC2 items are
+    # of half the K chunk (fused_params.h fused_grid), the others of the whole.
+    fc2_groups = 1 + max((x["a"] for x in items if x["kind"] == 1), default=0)
+    for x in items:
+        half = (x["kind"] == 0 and x["a"] == 0 and not a.no_shared) or \
+               (x["kind"] == 1 and x["a"] >= fc2_groups - a.fc2_narrow_groups)
+        x["bytes"] = whole // 2 if half else whole
     starts = [us(c[0, 0]) for c in ctas]
     routed = [us(c[0, 1]) - us(c[0, 0]) for c in ctas]
     # A CTA ends after its last item (the header's stamp can read a little early: the timer read
@@ -83,13 +94,20 @@ def main():
         for b in range(int(lo / a.bin_us), min(nb, int(hi / a.bin_us) + 1)):
             s, e = max(lo, b * a.bin_us), min(hi, (b + 1) * a.bin_us)
             if e > s:
-                rate[b] += item_bytes * (e - s) / (hi - lo)
+                rate[b] += x["bytes"] * (e - s) / (hi - lo)
                 busy[b] += (e - s) / a.bin_us
     print(f"\n  time us   GB/s   items computing (of {len(ctas)} CTAs)")
     for b in range(nb):
         print(f"  {b * a.bin_us:7.1f} {rate[b] / (a.bin_us * 1e3):6.0f}   {busy[b]:6.1f}")
-    total = sum(item_bytes for x in items if x["kind"] <= 1)
+    total = sum(x["bytes"] for x in items if x["kind"] <= 1)
     print(f"\n{total / 1e6:.1f} MB of weight items over {span:.1f} us: {total / span / 1e3:.0f} GB/s")
+    # Per phase: each kind's bytes over the span from its first item's data to its last item's end.
+    for k, name in ((0, "FC1"), (1, "FC2")):
+        its = [x for x in items if x["kind"] == k]
+        if its:
+            lo, hi = min(x["data"] for x in its), max(x["end"] for x in its)
+            mb = sum(x["bytes"] for x in its)
+            print(f"{name}: {mb / 1e6:.1f} MB from {lo:.1f} to {hi:.1f} us: {mb / (hi - lo) / 1e3:.0f} GB/s")
 
 
 if __name__ == "__main__":

@@ -59,7 +59,9 @@ if has sanitize; then
   for t in 1 2; do sanitize_run memcheck 1024 $t "memcheck_run_fused_$t.log"; done
   sanitize_run racecheck 1024 1 "racecheck_run_fused_1.log"
   # And at H = 1024, where FC1's routed items (4 K groups) outrun the 3-slot ring as glm5's do: a
-  # slot rewritten within one item (every item at H = 512 is 2 K groups).
+  # slot rewritten within one item (at H = 512 only FC2's whole-K items do). With one lane
+  # releasing each warp's reads of a stage this reported WAR hazards; every consumer thread
+  # releases its own now.
   sanitize_run racecheck 1024 1 "racecheck_run_fused_h1024_1.log" 1024
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/fp4moe_gpu_tests" --gtest_filter="$small" \
     > "$out/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -3 "$out/memcheck.log"

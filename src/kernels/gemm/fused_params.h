@@ -114,15 +114,22 @@ FP4MOE_FUSED_HD constexpr FusedSmemLayout fused_smem_layout(int rows, int stages
 
 // The work of one launch: items of (group, row block, K chunk) per GEMM, then the finalize items
 // of kFusedFinalizeRows output rows each. An item's K chunk is the tactic's tile_k for the routed
-// experts' FC1 and half of it for the shared expert's FC1 and for FC2: the shared expert's FC1
-// items are the first tickets, drawn before the routing is known, and in halves there are enough
-// of them for every CTA (glm5 T = 1: 384 for 396 CTAs on an H200, against 192); FC2's items are
-// the last, and the launch ends about one item after the tickets run out.
+// experts' FC1 and half of it for the shared expert's FC1: the shared expert's FC1 items are the
+// first tickets, drawn before the routing is known, and in halves there are enough of them for
+// every CTA (glm5 T = 1: 384 for 396 CTAs on an H200, against 192). FC2's items are the last, and
+// the launch ends about one item after the tickets run out: the last kFusedFc2NarrowGroups active
+// groups' items are of half the tactic's tile_k (kg2 K groups, kc2 chunks a row block: glm5 T = 1
+// 192 items), the other groups' of the whole (kc2w chunks, chunk c covering half chunks 2c and
+// 2c + 1; its partial tile stored as half chunk 2c's; glm5 T = 1 768 items). All of FC2 in halves
+// streamed at ~3.2 TB/s in a trace of glm5 T = 1, in wholes at ~3.7 but with a longer tail; one
+// narrow group measured 2 us faster than all halves, 0.7 than two narrow groups, level at T = 2
+// (H200, docs/PERFORMANCE.md "FC2's items: whole K chunks but the last group's").
 inline constexpr int kFusedFinalizeRows = 16;
+inline constexpr int kFusedFc2NarrowGroups = 1;
 struct FusedGrid {
-  int kg1, kg1s, kg2;  // K groups per item: routed FC1, the shared expert's FC1, FC2
+  int kg1, kg1s, kg2;  // K groups per item: routed FC1, the shared expert's FC1, FC2's narrow items
   int rb1, kc1, kc1s;  // FC1: row blocks, K chunks of a routed expert's and of the shared expert's
-  int rb2, kc2;        // FC2: row blocks, K chunks
+  int rb2, kc2, kc2w;  // FC2: row blocks, half K chunks (narrow items), whole ones (wide items)
   int fin;             // finalize items
 };
 FP4MOE_FUSED_HD constexpr FusedGrid fused_grid(int rows, int item_kgroups, int rowtiles1, int kgroups1,
@@ -137,8 +144,19 @@ FP4MOE_FUSED_HD constexpr FusedGrid fused_grid(int rows, int item_kgroups, int r
   g.kc1s = (kgroups1 + g.kg1s - 1) / g.kg1s;
   g.rb2 = (rowtiles2 + rt - 1) / rt;
   g.kc2 = (kgroups2 + g.kg2 - 1) / g.kg2;
+  g.kc2w = (g.kc2 + 1) / 2;
   g.fin = (rowtiles2 * 16 + kFusedFinalizeRows - 1) / kFusedFinalizeRows;
   return g;
+}
+
+// FC2 with A active groups: the first of the narrow groups; the items of one row block (what its
+// finalize waits for).
+FP4MOE_FUSED_HD constexpr int fused_fc2_first_narrow(int active) {
+  return active > kFusedFc2NarrowGroups ? active - kFusedFc2NarrowGroups : 0;
+}
+FP4MOE_FUSED_HD constexpr int fused_fc2_items_per_rb(const FusedGrid& g, int active) {
+  const int wide = fused_fc2_first_narrow(active);
+  return wide * g.kc2w + (active - wide) * g.kc2;
 }
 
 // Counters: ticket, CTAs left, fc1_done per active group, fc2_done per FC2 row block, FC1 arrivals

@@ -9,8 +9,9 @@
 // ends last: the SMs' own finishing times spread by 1-1.6 us, the last ~3-4 us after the median),
 // the FC1 -> FC2 boundary and the slot-sum launch. Here:
 //   - Work is handed out as it runs: a global ticket counter, drawn by running CTAs only, numbers
-//     the items (group, row block, K chunk) of FC1, then those of FC2, then one finalize item per
-//     FC2 row block. A CTA that ends an item draws the next, so the GEMMs' tails are one item long.
+//     the items (group, row block, K chunk) of FC1, then those of FC2 (the last group's in half
+//     chunks, fused_params.h), then the finalize items of each FC2 row block. A CTA that ends an
+//     item draws the next, so the GEMMs' tails are one item long.
 //   - No boundary between the GEMMs: an FC2 item waits only for its own group's FC1 items
 //     (fc1_done), which the ticket order put long before it; the last FC1 items overlap the
 //     first FC2 ones.
@@ -126,12 +127,15 @@ static_assert(sizeof(Item) == kFusedItemBytes, "item ring entries are kFusedItem
 
 // Ticket t -> item. The tickets are, in order: the shared expert's FC1 items (group a = 0; half
 // K chunks, no routing needed), the routed experts' FC1 items (a ascending; row block, then K
-// chunk innermost, so that a tile's chunks are drawn together), FC2's (a, row block, K chunk),
-// then the finalize items. A < 0: the routing is not known yet (only t < n1s may be decoded).
+// chunk innermost, so that a tile's chunks are drawn together), FC2's (a, row block, K chunk:
+// whole chunks, then the last kFusedFc2NarrowGroups groups' half ones), then the finalize
+// items. A < 0: the routing is not known yet (only t < n1s may be decoded).
 __device__ __forceinline__ Item decode_ticket(int t, int A, bool shared, const FusedGrid& G) {
   Item it{};
   const int n1s = shared ? G.rb1 * G.kc1s : 0;
-  const int n1 = n1s + (A - (shared ? 1 : 0)) * G.rb1 * G.kc1, n2 = A * G.rb2 * G.kc2;
+  const int wide = fused_fc2_first_narrow(A);  // FC2: groups a < wide take whole K chunks
+  const int n1 = n1s + (A - (shared ? 1 : 0)) * G.rb1 * G.kc1, n2w = wide * G.rb2 * G.kc2w;
+  const int n2 = n2w + (A - wide) * G.rb2 * G.kc2;
   if (t < n1s) {
     it.kind = kItemFc1;
     it.a = 0;
@@ -146,11 +150,19 @@ __device__ __forceinline__ Item decode_ticket(int t, int A, bool shared, const F
     it.rb = r / G.kc1;
     it.kc = r - it.rb * G.kc1;
     it.nkc = G.kc1;
-  } else if (t < n1 + n2) {
-    it.kind = kItemFc2;
-    const int u = t - n1, per = G.rb2 * G.kc2;
+  } else if (t < n1 + n2w) {
+    it.kind = kItemFc2;  // a wide item: kc is its first half chunk (even)
+    const int u = t - n1, per = G.rb2 * G.kc2w;
     it.a = u / per;
     const int r = u - it.a * per;
+    it.rb = r / G.kc2w;
+    it.kc = 2 * (r - it.rb * G.kc2w);
+    it.nkc = G.kc2w;
+  } else if (t < n1 + n2) {
+    it.kind = kItemFc2;
+    const int u = t - n1 - n2w, per = G.rb2 * G.kc2;
+    it.a = wide + u / per;
+    const int r = u - (u / per) * per;
     it.rb = r / G.kc2;
     it.kc = r - it.rb * G.kc2;
     it.nkc = G.kc2;
@@ -253,7 +265,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::sm90::mbarrier_init(&full[s], 1);
-      ptx::sm90::mbarrier_init(&empty[s], kConsumerWarps);
+      ptx::sm90::mbarrier_init(&empty[s], Tr::kConsumers);  // every consumer thread (below)
     }
     for (int i = 0; i < kFusedItemSlots; ++i) {
       ptx::sm90::mbarrier_init(&item_full[i], 1);
@@ -298,8 +310,10 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
         const FusedGemm& g = it.kind == fused::kItemFc1 ? p.fc1 : p.fc2;
         if (gemm) {
           it.e = A < 0 ? E : active[it.a];  // before the routing only the shared expert (a = 0)
-          const int per = it.kind == fused::kItemFc2 ? G.kg2 : (shared && it.a == 0) ? G.kg1s : G.kg1;
-          it.kg0 = it.kc * per;
+          // K groups per chunk index, and the item's: FC2's wide items span two half chunks.
+          const int step = it.kind == fused::kItemFc2 ? G.kg2 : (shared && it.a == 0) ? G.kg1s : G.kg1;
+          const int per = it.kind == fused::kItemFc2 && it.a < fused_fc2_first_narrow(A) ? 2 * step : step;
+          it.kg0 = it.kc * step;
           it.nkg = min(per, g.kgroups - it.kg0);
         }
         // The item's inputs: FC2 reads act of its group (all of FC1's row blocks of it), the
@@ -311,7 +325,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
           fc1_seen = it.a;
         } else if (it.kind == fused::kItemFinalize && it.rb * kFusedFinalizeRows / kRows != fc2_seen) {
           fc2_seen = it.rb * kFusedFinalizeRows / kRows;
-          while (ptx::ld_acquire_gpu(ctr + C.fc2_done + fc2_seen) < A * G.kc2) __nanosleep(64);
+          const int fc2_items = fused_fc2_items_per_rb(G, A);
+          while (ptx::ld_acquire_gpu(ctr + C.fc2_done + fc2_seen) < fc2_items) __nanosleep(64);
         }
         ptx::sm90::mbarrier_wait(&item_empty[islot], iphase ^ 1);
         items[islot] = it;
@@ -494,16 +509,17 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
         // out[token][row] = the sum over the token's slots of FC2's weighted K chunks, for this
         // item's kFusedFinalizeRows rows. Each value is summed by L lanes (L = 8 / T rounded to a
         // power of two: all of the item's values in one pass), lane j taking slots j, j + L, ...,
-        // each slot's K chunks in order, with its loads issued kPerLane at a time before any add,
-        // then a butterfly over the L lanes: a fixed order whichever CTA takes the item. (At T = 8
-        // with 8 lanes a value, eight passes one after another took ~20 us an item, glm5 on the
-        // H200. Lanes that took parts j, j + L, ... of the slot-major list spent a division and a
-        // shared load on every address: 1.44 us an item at glm5 T = 1, the launch's last
-        // microseconds.) (The tables are the ones the producer acquired before it drew any ticket
-        // past the shared expert's.)
+        // each slot's K chunks in order (a wide group's in its even half chunks), with its loads
+        // issued kPerLane at a time before any add, then a butterfly over the L lanes: a fixed
+        // order whichever CTA takes the item. (At T = 8 with 8 lanes a value, eight passes one
+        // after another took ~20 us an item, glm5 on the H200. Lanes that took parts j, j + L, ...
+        // of the slot-major list spent a division and a shared load on every address: 1.44 us an
+        // item at glm5 T = 1, the launch's last microseconds.) (The tables are the ones the
+        // producer acquired before it drew any ticket past the shared expert's.)
         constexpr int kPerLane = 12;
         const int lanes = T == 1 ? 8 : T == 2 ? 4 : T <= 4 ? 2 : 1;
         const int rows = p.fc2.rows, kc2 = G.kc2, j = ctid % lanes;
+        const int first_narrow = fused_fc2_first_narrow(*active_count);
         const int64_t chunk_floats = static_cast<int64_t>(rows_pad2) * T;  // one (group, K chunk)'s rows
         for (int v0 = 0; v0 < kFusedFinalizeRows * T; v0 += Tr::kConsumers / lanes) {
           const int v = v0 + ctid / lanes;
@@ -511,9 +527,14 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
           const bool live = v < kFusedFinalizeRows * T && row < rows;
           const float* value = p.ws.fc2_part + static_cast<int64_t>(row) * T + n;  // group 0, K chunk 0
           float sum = 0.0f;
-          auto first_chunk = [&](int slot) { return value + pair_a[n * slots + slot] * kc2 * chunk_floats; };
-          int s = j, kc = 0;
-          const float* chunk0 = s < slots ? first_chunk(s) : value;
+          int s = j, kc = 0, kstep = 1;
+          const float* chunk0 = value;
+          auto start_slot = [&] {  // slot s's group: its first chunk, its step between chunks
+            const int a = pair_a[n * slots + s];
+            chunk0 = value + a * kc2 * chunk_floats;
+            kstep = a < first_narrow ? 2 : 1;
+          };
+          if (s < slots) start_slot();
           while (live && s < slots) {
             float x[kPerLane];
 #pragma unroll
@@ -521,10 +542,11 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
               x[q] = 0.0f;
               if (s < slots) {
                 x[q] = __ldcg(chunk0 + kc * chunk_floats);
-                if (++kc == kc2) {
+                kc += kstep;
+                if (kc >= kc2) {
                   kc = 0;
                   s += lanes;
-                  if (s < slots) chunk0 = first_chunk(s);
+                  if (s < slots) start_slot();
                 }
               }
             }
@@ -570,8 +592,12 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
               mma_half_chunk(acc, aw, sc, b, h);
             }
           }
-          __syncwarp();
-          if (lane == 0) ptx::sm90::mbarrier_arrive(&empty[slot]);
+          // Every consumer thread releases its own reads of the stage. (One lane's arrival after
+          // __syncwarp is as good a release under the PTX model, but compute-sanitizer's racecheck
+          // does not follow it: where an item outruns the ring - glm5's FC1 items, H 1024 in
+          // gpu_check.sh - it reported the next bulk copy into the slot as racing lanes 1-31's
+          // reads. 128 arrivals a stage instead of 4 cost ~0.3 us at glm5 T = 1 and 2, H200.)
+          ptx::sm90::mbarrier_arrive(&empty[slot]);
           if (++slot == kStages) slot = 0, phase ^= 1;
         }
         // acc[r][0][i]: block row 16 (rt_warp + r) + g (+8 for i >= 2), token n = 2t + (i & 1).
