@@ -307,7 +307,8 @@ TEST(GpuLayer, SoftmaxAndGroupLimitedRouting) {
 }
 
 // The fused family (w4a16_fused, sm_90+) on the shapes that take its other paths: K past the
-// last whole K group in both GEMMs, FC1's K split into chunks (the last arrival sums them), row
+// last whole K group in both GEMMs, FC1's K split into chunks (the last arrival sums them), FC2's
+// whole-K items beside the last group's half ones (one covering an odd last half chunk), row
 // blocks the matrix ends inside, no shared expert (every item waits for the routing), softmax
 // and group-limited routing, all tokens on one expert; every tactic, batches 1..8, the routing
 // against the reference's, then two more runs and a CUDA graph replay bitwise equal to the first.
@@ -325,6 +326,9 @@ TEST(GpuLayer, FusedFamilyMatchesReference) {
   };
   std::vector<Case> cases;
   cases.push_back({"K chunks and tails", sigmoid_config("chunks", 1552, 528, 40, 4), false});
+  // FC2's K of 5 K groups: at k1024 three half chunks, so a wide FC2 item (fused_params.h) that
+  // covers the last half chunk alone, with its K tail.
+  cases.push_back({"FC2's last whole chunk a half", sigmoid_config("odd", 528, 1104, 16, 4), false});
   MoeConfig softmax = sigmoid_config("softmax", 1040, 1024, 32, 4);
   softmax.shared_intermediate = 0;
   softmax.routing = RoutingConfig{RoutingMode::kSoftmaxTopK, 4, 1, 1, true, 1.0f};
