@@ -66,6 +66,7 @@
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/sm90_ptx.cuh"
 #include "kernels/gemm/fused_params.h"
+#include "kernels/gemm/fused_tickets.h"
 #include "kernels/gemm/grouped_units.cuh"
 #include "kernels/moe/route_token.cuh"
 
@@ -108,74 +109,6 @@ struct W4a16FusedTraits {
 #define FP4MOE_FUSED_TRACE 0
 #endif
 
-namespace fused {
-
-enum : int { kItemFc1 = 0, kItemFc2 = 1, kItemFinalize = 2, kItemEnd = 3 };
-
-// One entry of the item ring (kFusedItemBytes).
-struct Item {
-  int kind;  // kItem*
-  int a;     // the group's index among the batch's active groups
-  int e;     // the group
-  int rb;    // row block (FC1, FC2); finalize: its first row / kFusedFinalizeRows
-  int kc;    // K chunk
-  int kg0;   // its first K group
-  int nkg;   // its K groups
-  int nkc;   // K chunks of its (group, row block)
-};
-static_assert(sizeof(Item) == kFusedItemBytes, "item ring entries are kFusedItemBytes");
-
-// Ticket t -> item. The tickets are, in order: the shared expert's FC1 items (group a = 0; half
-// K chunks, no routing needed), the routed experts' FC1 items (a ascending; row block, then K
-// chunk innermost, so that a tile's chunks are drawn together), FC2's (a, row block, K chunk:
-// whole chunks, then the last kFusedFc2NarrowGroups groups' half ones), then the finalize
-// items. A < 0: the routing is not known yet (only t < n1s may be decoded).
-__device__ __forceinline__ Item decode_ticket(int t, int A, bool shared, const FusedGrid& G) {
-  Item it{};
-  const int n1s = shared ? G.rb1 * G.kc1s : 0;
-  const int wide = fused_fc2_first_narrow(A);  // FC2: groups a < wide take whole K chunks
-  const int n1 = n1s + (A - (shared ? 1 : 0)) * G.rb1 * G.kc1, n2w = wide * G.rb2 * G.kc2w;
-  const int n2 = n2w + (A - wide) * G.rb2 * G.kc2;
-  if (t < n1s) {
-    it.kind = kItemFc1;
-    it.a = 0;
-    it.rb = t / G.kc1s;
-    it.kc = t - it.rb * G.kc1s;
-    it.nkc = G.kc1s;
-  } else if (t < n1) {
-    it.kind = kItemFc1;
-    const int u = t - n1s, per = G.rb1 * G.kc1;
-    it.a = (shared ? 1 : 0) + u / per;
-    const int r = u - (u / per) * per;
-    it.rb = r / G.kc1;
-    it.kc = r - it.rb * G.kc1;
-    it.nkc = G.kc1;
-  } else if (t < n1 + n2w) {
-    it.kind = kItemFc2;  // a wide item: kc is its first half chunk (even)
-    const int u = t - n1, per = G.rb2 * G.kc2w;
-    it.a = u / per;
-    const int r = u - it.a * per;
-    it.rb = r / G.kc2w;
-    it.kc = 2 * (r - it.rb * G.kc2w);
-    it.nkc = G.kc2w;
-  } else if (t < n1 + n2) {
-    it.kind = kItemFc2;
-    const int u = t - n1 - n2w, per = G.rb2 * G.kc2;
-    it.a = wide + u / per;
-    const int r = u - (u / per) * per;
-    it.rb = r / G.kc2;
-    it.kc = r - it.rb * G.kc2;
-    it.nkc = G.kc2;
-  } else if (t < n1 + n2 + G.fin) {
-    it.kind = kItemFinalize;
-    it.rb = t - n1 - n2;
-  } else {
-    it.kind = kItemEnd;
-  }
-  return it;
-}
-
-}  // namespace fused
 
 // The last FC1 K chunk of (a, rb) to arrive, in the epilogue warp: the chunks' partial tiles
 // summed in chunk order (the same bits whichever CTA arrives last), SwiGLU, act. Lane l takes the
@@ -310,11 +243,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
         const FusedGemm& g = it.kind == fused::kItemFc1 ? p.fc1 : p.fc2;
         if (gemm) {
           it.e = A < 0 ? E : active[it.a];  // before the routing only the shared expert (a = 0)
-          // K groups per chunk index, and the item's: FC2's wide items span two half chunks.
-          const int step = it.kind == fused::kItemFc2 ? G.kg2 : (shared && it.a == 0) ? G.kg1s : G.kg1;
-          const int per = it.kind == fused::kItemFc2 && it.a < fused_fc2_first_narrow(A) ? 2 * step : step;
-          it.kg0 = it.kc * step;
-          it.nkg = min(per, g.kgroups - it.kg0);
+          fused::set_item_kgroups(it, A, shared, G, g.kgroups);
         }
         // The item's inputs: FC2 reads act of its group (all of FC1's row blocks of it), the
         // finalize every FC2 item of its row block. Both were released by their writers; the
@@ -532,7 +461,7 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
           auto start_slot = [&] {  // slot s's group: its first chunk, its step between chunks
             const int a = pair_a[n * slots + s];
             chunk0 = value + a * kc2 * chunk_floats;
-            kstep = a < first_narrow ? 2 : 1;
+            kstep = fused::fc2_chunk_step(a, first_narrow);
           };
           if (s < slots) start_slot();
           while (live && s < slots) {
