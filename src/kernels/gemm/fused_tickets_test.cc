@@ -33,10 +33,14 @@ void check_tickets(const FusedShape& shape, const LayerSize& size, int A, bool s
   const FusedGrid G = fused_grid(shape.rows, shape.k / 256, rowtiles1, kgroups1, rowtiles2, kgroups2);
   const int first_narrow = fused_fc2_first_narrow(A);
 
-  // K groups covered per (GEMM, group, row block); items and stored chunks per (GEMM, a, rb).
-  std::map<std::tuple<int, int, int>, std::vector<int>> covered;
-  std::map<std::tuple<int, int, int>, std::set<int>> chunks;
-  std::map<std::tuple<int, int, int>, int> nkc;
+  // Per (GEMM, group, row block): how often each K group is covered, the K chunks its items
+  // store, the chunk count its items carry.
+  struct Tile {
+    std::vector<int> covered;
+    std::set<int> chunks;
+    int nkc = -1;
+  };
+  std::map<std::tuple<int, int, int>, Tile> tiles;
   std::vector<int> finalize;
   int last_kind = fused::kItemFc1, n1s = 0;
   for (int t = 0;; ++t) {
@@ -66,40 +70,40 @@ void check_tickets(const FusedShape& shape, const LayerSize& size, int A, bool s
     }
     // The partial tile's K chunk fits the workspace: FC1's [a][rb][fused_fc1_part_chunks], FC2's [a][kc2].
     EXPECT_LT(it.kc, fc1 ? fused_fc1_part_chunks(G) : G.kc2) << where << " ticket " << t;
-    const auto key = std::make_tuple(it.kind, it.a, it.rb);
-    std::vector<int>& cov = covered[key];
-    cov.resize(kgroups);
-    for (int kg = it.kg0; kg < it.kg0 + it.nkg; ++kg) ++cov[kg];
-    EXPECT_TRUE(chunks[key].insert(it.kc).second) << where << " ticket " << t << ": a K chunk stored twice";
-    if (nkc.count(key)) EXPECT_EQ(nkc[key], it.nkc) << where << " ticket " << t;
-    nkc[key] = it.nkc;
+    Tile& tile = tiles[std::make_tuple(it.kind, it.a, it.rb)];
+    tile.covered.resize(kgroups);
+    for (int kg = it.kg0; kg < it.kg0 + it.nkg; ++kg) ++tile.covered[kg];
+    EXPECT_TRUE(tile.chunks.insert(it.kc).second) << where << " ticket " << t << ": a K chunk stored twice";
+    if (tile.nkc >= 0) EXPECT_EQ(tile.nkc, it.nkc) << where << " ticket " << t;
+    tile.nkc = it.nkc;
   }
 
   for (int kind : {fused::kItemFc1, fused::kItemFc2}) {
     const bool fc1 = kind == fused::kItemFc1;
     for (int a = 0; a < A; ++a)
       for (int rb = 0; rb < (fc1 ? G.rb1 : G.rb2); ++rb) {
-        const auto key = std::make_tuple(kind, a, rb);
         const std::string at = where + (fc1 ? " FC1" : " FC2") + " a " + std::to_string(a) + " rb " + std::to_string(rb);
-        ASSERT_TRUE(covered.count(key)) << at << ": no item";
-        const std::vector<int>& cov = covered[key];
-        for (int kg = 0; kg < static_cast<int>(cov.size()); ++kg) EXPECT_EQ(cov[kg], 1) << at << " K group " << kg;
+        const auto found = tiles.find(std::make_tuple(kind, a, rb));
+        ASSERT_TRUE(found != tiles.end()) << at << ": no item";
+        const Tile& tile = found->second;
+        for (int kg = 0; kg < static_cast<int>(tile.covered.size()); ++kg)
+          EXPECT_EQ(tile.covered[kg], 1) << at << " K group " << kg;
         // An (a, rb)'s items number its nkc: FC1's last arrival is the nkc-th.
-        EXPECT_EQ(static_cast<int>(chunks[key].size()), nkc[key]) << at;
+        EXPECT_EQ(static_cast<int>(tile.chunks.size()), tile.nkc) << at;
         if (!fc1) {
           // The finalize reads exactly the half chunks the group's items stored.
           std::set<int> read;
           for (int kc = 0; kc < G.kc2; kc += fused::fc2_chunk_step(a, first_narrow)) read.insert(kc);
-          EXPECT_EQ(read, chunks[key]) << at;
+          EXPECT_EQ(read, tile.chunks) << at;
           // Wide groups take whole chunks, the last kFusedFc2NarrowGroups half ones.
-          EXPECT_EQ(nkc[key], a < first_narrow ? G.kc2w : G.kc2) << at;
+          EXPECT_EQ(tile.nkc, a < first_narrow ? G.kc2w : G.kc2) << at;
         }
       }
   }
   // What fc2_done of a row block counts to before its finalize items run.
   for (int rb = 0; rb < G.rb2; ++rb) {
     int items = 0;
-    for (int a = 0; a < A; ++a) items += static_cast<int>(chunks[std::make_tuple(fused::kItemFc2, a, rb)].size());
+    for (int a = 0; a < A; ++a) items += static_cast<int>(tiles[std::make_tuple(fused::kItemFc2, a, rb)].chunks.size());
     EXPECT_EQ(items, fused_fc2_items_per_rb(G, A)) << where << " FC2 rb " << rb;
   }
   // One finalize item per kFusedFinalizeRows output rows, in order, over every row.
