@@ -53,10 +53,10 @@ if has sanitize; then
   for t in 420 480; do
     for tool in memcheck racecheck; do sanitize_run $tool 1024 $t "${tool}_run_192rows_$t.log" 768; done
   done
-  # The fused family (sm_90): wide experts (I = 1024) at T = 1 (m128n8k1024) and 2 (m128n8k2048),
-  # the whole layer in one launch; racecheck at T = 1 only (at T = 2 it did not end within 170 s:
-  # it instruments every shared-memory access of the mbarrier waits' polling).
-  for t in 1 2; do sanitize_run memcheck 1024 $t "memcheck_run_fused_$t.log"; done
+  # The fused family (sm_90): wide experts (I = 1024) at T = 1 (m128n8k1024), 2 (m128n8k3072) and
+  # 4 (m128n8k6144), the whole layer in one launch; racecheck at T = 1 only (at T = 2 it did not
+  # end within 170 s: it instruments every shared-memory access of the mbarrier waits' polling).
+  for t in 1 2 4; do sanitize_run memcheck 1024 $t "memcheck_run_fused_$t.log"; done
   sanitize_run racecheck 1024 1 "racecheck_run_fused_1.log"
   # And at H = 1024, where FC1's routed items (4 K groups) outrun the 3-slot ring as glm5's do: a
   # slot rewritten within one item (at H = 512 only FC2's whole-K items do). With one lane

@@ -199,12 +199,15 @@ inline constexpr int64_t kGemvMaxTokensNarrow = 3;
 Tactic gemv_tactic(Epilogue ep);
 // The fused family (w4a16_fused: the whole layer in one persistent launch, work handed out as it
 // runs; sm_90+) for wide experts up to kFusedMaxTokens tokens. Measured on the H200 (glm5, both
-// GEMMs forced, layer us in the CUDA graph, three device calls; docs/HEURISTIC.md): T = 1
-// 66.1-68.8 (m128n8k1024) against 73.5-75.0 for the stream-K family's m128n8:s2:w4, T = 2
-// 107.2-111.0 (m128n8k2048) against 113.5-114.8; at T = 4 and 8 the stream-K family is ahead
-// (186-188 against 190-199, 323-329 against 358-377 us).
-inline constexpr int64_t kFusedMaxTokens = 2;
-// Its tactic at `tokens` tokens: 128 rows an item, 4 K groups an item at one token, 8 above.
+// GEMMs forced, layer us in the CUDA graph, two rounds in one call; docs/HEURISTIC.md): T = 1
+// 64.2-64.4 (m128n8k1024) against 73.5-75.0 for the stream-K family's m128n8:s2:w4, T = 2
+// 103.0-103.7 (m128n8k3072) against 105.8-106.6 (k2048, the rule before), T = 3 140.7-141.2
+// (k3072) against 145.8-145.9, T = 4 178.5-178.8 (m128n8k6144) against 185.5-185.7; from T = 5 the
+// stream-K family is ahead (226.8-227.5 against 229.9-230.2, at T = 8 320.8-321.4 against
+// 333.8-335.3).
+inline constexpr int64_t kFusedMaxTokens = 4;
+// Its tactic at `tokens` tokens: 128 rows an item; a routed expert's FC1 item of 4 K groups at one
+// token, 12 at two or three, 24 at four.
 Tactic fused_tactic(int64_t tokens, Epilogue ep);
 // The resource model's view of one GEMM of `cfg` at `tokens` tokens (FC1 for epilogue swiglu, FC2
 // for finalize): the groups, and what the small-batch family stages (the batch, K and the slots

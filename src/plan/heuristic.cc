@@ -136,9 +136,12 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
 Tactic gemv_tactic(Epilogue ep) { return Tactic{Family::kW4a16Gemv, 16, 8, 256, 2, 6, 1, ep, false}; }
 
 // 128 rows an item, 3 stages: three CTAs of a producer, an epilogue and four consumer warps per
-// H200 SM; 4 K groups an item for one token, 8 for more (docs/HEURISTIC.md).
+// H200 SM; a routed expert's FC1 item of 4 K groups for one token (glm5: 1536 items, enough for
+// the launch to end evenly), 12 for two or three, 24 for four (glm5's whole K: no partial tiles,
+// no arrivals; docs/HEURISTIC.md).
 Tactic fused_tactic(int64_t tokens, Epilogue ep) {
-  return Tactic{Family::kW4a16Fused, 128, 8, tokens <= 1 ? 1024 : 2048, 3, 6, 1, ep, false};
+  const int tile_k = tokens <= 1 ? 1024 : tokens <= 3 ? 3072 : 6144;
+  return Tactic{Family::kW4a16Fused, 128, 8, tile_k, 3, 6, 1, ep, false};
 }
 
 LayerPlan heuristic_plan(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu) {

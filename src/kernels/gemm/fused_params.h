@@ -114,18 +114,25 @@ FP4MOE_FUSED_HD constexpr FusedSmemLayout fused_smem_layout(int rows, int stages
 
 // The work of one launch: items of (group, row block, K chunk) per GEMM, then the finalize items
 // of kFusedFinalizeRows output rows each. An item's K chunk is the tactic's tile_k for the routed
-// experts' FC1 and half of it for the shared expert's FC1: the shared expert's FC1 items are the
-// first tickets, drawn before the routing is known, and in halves there are enough of them for
-// every CTA (glm5 T = 1: 384 for 396 CTAs on an H200, against 192). FC2's items are the last, and
-// the launch ends about one item after the tickets run out: the last kFusedFc2NarrowGroups active
-// groups' items are of half the tactic's tile_k (kg2 K groups, kc2 chunks a row block: glm5 T = 1
-// 192 items), the other groups' of the whole (kc2w chunks, chunk c covering half chunks 2c and
-// 2c + 1; its partial tile stored as half chunk 2c's; glm5 T = 1 768 items). All of FC2 in halves
-// streamed at ~3.2 TB/s in a trace of glm5 T = 1, in wholes at ~3.7 but with a longer tail; one
-// narrow group measured 2 us faster than all halves, 0.7 than two narrow groups, level at T = 2
-// (H200, docs/PERFORMANCE.md "FC2's items: whole K chunks but the last group's").
+// experts' FC1 and half of it, at most kFusedSharedFc1KGroups K groups, for the shared expert's
+// FC1: the shared expert's FC1 items are the first tickets, drawn before the routing is known, and
+// that small there are enough of them for every CTA to stream while it routes (glm5: 384 for 396
+// CTAs on an H200 whatever tile_k; in halves of k2048 192, and T = 1 took 69.1-69.2 us against
+// 66.5-66.7 with the cap; k3072 T = 2 105.8-106.2 against 103.3-103.7). FC2's items are the last,
+// and the launch ends about one item after the tickets run out: the last kFusedFc2NarrowGroups
+// active groups' items are of half the tactic's tile_k, at most kFusedFc2NarrowKGroups K groups
+// (kg2 K groups, kc2 chunks a row block: glm5 T = 1 192 items), the other groups' of twice that
+// (kc2w chunks, chunk c covering half chunks 2c and 2c + 1; its partial tile stored as half chunk
+// 2c's; glm5 T = 1 768 items). All of FC2 in halves streamed at ~3.2 TB/s in a trace of glm5 T =
+// 1, in wholes at ~3.7 but with a longer tail; one narrow group measured 2 us faster than all
+// halves, 0.7 than two narrow groups, level at T = 2 (H200, docs/PERFORMANCE.md "FC2's items:
+// whole K chunks but the last group's"). The FC2 cap of 4 K groups against none: level to 0.5%
+// faster at T = 1..8 (k6144 T = 4 178.5-178.8 us against 179.2-179.4), against 2: 2-5% faster
+// from T = 4 (docs/HEURISTIC.md, "The fused family").
 inline constexpr int kFusedFinalizeRows = 16;
 inline constexpr int kFusedFc2NarrowGroups = 1;
+inline constexpr int kFusedSharedFc1KGroups = 2;
+inline constexpr int kFusedFc2NarrowKGroups = 4;
 struct FusedGrid {
   int kg1, kg1s, kg2;  // K groups per item: routed FC1, the shared expert's FC1, FC2's narrow items
   int rb1, kc1, kc1s;  // FC1: row blocks, K chunks of a routed expert's and of the shared expert's
@@ -137,8 +144,8 @@ FP4MOE_FUSED_HD constexpr FusedGrid fused_grid(int rows, int item_kgroups, int r
   const int rt = rows / 16, half = item_kgroups > 1 ? item_kgroups / 2 : 1;
   FusedGrid g{};
   g.kg1 = item_kgroups;
-  g.kg1s = half;
-  g.kg2 = half;
+  g.kg1s = half < kFusedSharedFc1KGroups ? half : kFusedSharedFc1KGroups;
+  g.kg2 = half < kFusedFc2NarrowKGroups ? half : kFusedFc2NarrowKGroups;
   g.rb1 = (rowtiles1 + rt - 1) / rt;
   g.kc1 = (kgroups1 + g.kg1 - 1) / g.kg1;
   g.kc1s = (kgroups1 + g.kg1s - 1) / g.kg1s;

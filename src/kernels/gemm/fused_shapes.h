@@ -16,7 +16,7 @@ struct FusedShape {
   int warps;   // the producer warp, the epilogue warp and the consumer warps
 };
 
-inline constexpr std::array<FusedShape, 3> kFusedShapes{{{128, 1024, 3, 6}, {128, 2048, 3, 6}, {64, 1024, 4, 6}}};
+inline constexpr std::array<FusedShape, 4> kFusedShapes{{{128, 1024, 3, 6}, {128, 3072, 3, 6}, {128, 6144, 3, 6}, {64, 1024, 4, 6}}};
 
 // The tactic of a shape. One kernel runs both GEMMs: the registry lists it under FC1's epilogue
 // and under FC2's, and a plan names it twice.
