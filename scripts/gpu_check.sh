@@ -37,11 +37,11 @@ if has sanitize; then
   # I = 1024 at T = 420 (105 tokens per expert, 192-row blocks that pad neither GEMM past 5%):
   # the 192 x 144 tile in both; at T = 480 (120 per expert) the 192 x 176 tile in both (its width
   # chosen once per unit).
-  sanitize_run() {  # TOOL I T LOG [H]: the CLI layer (8 experts, top-2, H 512 or H, I) under one tool
+  sanitize_run() {  # TOOL I T LOG [H [REPLAYS]]: the CLI layer (8 experts, top-2, H 512 or H, I) under one tool
     local extra=(); [ "$1" = racecheck ] && extra=(--racecheck-report hazard)
     timeout 150 compute-sanitizer --tool "$1" "${extra[@]}" --error-exitcode 9 "$bin/fp4moe" run --hidden "${5:-512}" \
       --intermediate "$2" --shared-intermediate "$2" --experts 8 --top-k 2 --device gpu --compare-reference -t "$3" \
-      > "$out/$4" 2>&1
+      --iters "${6:-20}" > "$out/$4" 2>&1
     echo "$1 fp4moe run (H = ${5:-512}, I = $2) T=$3 exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative|tactic" "$out/$4"
   }
   for t in 2 5 100 300; do
@@ -54,15 +54,16 @@ if has sanitize; then
     for tool in memcheck racecheck; do sanitize_run $tool 1024 $t "${tool}_run_192rows_$t.log" 768; done
   done
   # The fused family (sm_90): wide experts (I = 1024) at T = 1 (m128n8k1024), 2 (m128n8k3072) and
-  # 4 (m128n8k6144), the whole layer in one launch; racecheck at T = 1 only (at T = 2 it did not
-  # end within 170 s: it instruments every shared-memory access of the mbarrier waits' polling).
+  # 4 (m128n8k6144), the whole layer in one launch. Racecheck with one timed replay: it instruments
+  # every shared-memory access of the mbarrier waits' polling (with the CLI's 20 replays T = 2 did
+  # not end within 170 s; with one, 3 s).
   for t in 1 2 4; do sanitize_run memcheck 1024 $t "memcheck_run_fused_$t.log"; done
   sanitize_run racecheck 1024 1 "racecheck_run_fused_1.log"
-  # And at H = 1024, where FC1's routed items (4 K groups) outrun the 3-slot ring as glm5's do: a
-  # slot rewritten within one item (at H = 512 only FC2's whole-K items do). With one lane
-  # releasing each warp's reads of a stage this reported WAR hazards; every consumer thread
+  # And at H = 1024, where FC1's routed items (4 K groups at T = 1) outrun the 3-slot ring as
+  # glm5's do: a slot rewritten within one item (at H = 512 only FC2's whole-K items do). With one
+  # lane releasing each warp's reads of a stage this reported WAR hazards; every consumer thread
   # releases its own now.
-  sanitize_run racecheck 1024 1 "racecheck_run_fused_h1024_1.log" 1024
+  for t in 1 2 4; do sanitize_run racecheck 1024 $t "racecheck_run_fused_h1024_$t.log" 1024 1; done
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/fp4moe_gpu_tests" --gtest_filter="$small" \
     > "$out/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -3 "$out/memcheck.log"
   timeout 150 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 "$bin/fp4moe_gpu_tests" \
