@@ -5,12 +5,11 @@ prints where the launch's time went: each CTA's start, routing and end, its item
 data and end, and the weight bytes streamed per microsecond (each item's bytes spread evenly
 from its first data to its end).
 
-  scripts/fused_trace.py TRACE.bin [--rows 128] [--item-k 1024] [--bin-us 2] [--no-shared]
-                         [--fc2-narrow-groups 1] [--fc1-kgroups 24] [--fc2-kgroups 8]
+  scripts/fused_trace.py TRACE.bin [--rows 128] [--bin-us 2]
 
 Layout (src/kernels/gemm/fused_params.h): per CTA 4 * (1 + 96) uint64 words - a header [start,
-routed, end, items], then per item [kind | a << 8 | rb << 16 | kc << 24, entry, first data, end],
-%globaltimer nanoseconds. Kinds: 0 FC1, 1 FC2, 2 finalize.
+routed, end, items], then per item [kind | a << 8 | rb << 16 | kc << 24 | nkg << 32, entry, first
+data, end] (nkg: the item's K groups), %globaltimer nanoseconds. Kinds: 0 FC1, 1 FC2, 2 finalize.
 """
 import argparse
 import statistics
@@ -25,15 +24,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
     ap.add_argument("--rows", type=int, default=128, help="the tactic's rows per item")
-    ap.add_argument("--item-k", type=int, default=1024, help="the tactic's K per item")
     ap.add_argument("--bin-us", type=float, default=2.0)
-    ap.add_argument("--no-shared", action="store_true", help="the layer has no shared expert")
-    ap.add_argument("--fc2-narrow-groups", type=int, default=1,
-                    help="kFusedFc2NarrowGroups: the last active groups whose FC2 items are half K chunks")
-    ap.add_argument("--fc1-kgroups", type=int, default=24, help="FC1's K groups of 256 (glm5: H 6144)")
-    ap.add_argument("--fc2-kgroups", type=int, default=8, help="FC2's K groups of 256 (glm5: I 2048)")
-    ap.add_argument("--shared-kgroups-max", type=int, default=2, help="kFusedSharedFc1KGroups")
-    ap.add_argument("--fc2-narrow-kgroups-max", type=int, default=4, help="kFusedFc2NarrowKGroups")
     a = ap.parse_args()
     raw = np.fromfile(a.trace, dtype=np.uint64).reshape(-1, 1 + ITEMS, 4)
     ctas = [c for c in raw if c[0, 0] != 0]
@@ -46,25 +37,8 @@ def main():
             code = int(r[0])
             items.append(dict(cta=i, kind=code & 0xFF, a=(code >> 8) & 0xFF, rb=(code >> 16) & 0xFF,
                               kc=(code >> 24) & 0xFF, entry=us(r[1]), data=us(r[2]), end=us(r[3])))
-    # Each item's K groups, as fused_params.h fused_grid and fused_tickets.h set_item_kgroups count
-    # them: a routed expert's FC1 item item_k, the shared expert's half of it (capped), FC2's last
-    # groups' items half of it (capped), the other groups' twice that; the last chunk ends at K.
-    fc2_groups = 1 + max((x["a"] for x in items if x["kind"] == 1), default=0)
-    kg1 = a.item_k // 256
-    half = max(1, kg1 // 2)
-    kg1s, kg2 = min(half, a.shared_kgroups_max), min(half, a.fc2_narrow_kgroups_max)
-    for x in items:
-        if x["kind"] == 0:
-            step = kg1s if x["a"] == 0 and not a.no_shared else kg1
-            per, kgroups = step, a.fc1_kgroups
-        elif x["kind"] == 1:
-            step = kg2
-            per = step if x["a"] >= fc2_groups - a.fc2_narrow_groups else 2 * step
-            kgroups = a.fc2_kgroups
-        else:
-            x["bytes"] = 0
-            continue
-        x["bytes"] = tile_bytes * max(0, min(per, kgroups - x["kc"] * step))
+            # The item's weight and scale bytes: its K groups as the kernel set them.
+            items[-1]["bytes"] = tile_bytes * (code >> 32) if items[-1]["kind"] <= 1 else 0
     starts = [us(c[0, 0]) for c in ctas]
     routed = [us(c[0, 1]) - us(c[0, 0]) for c in ctas]
     # A CTA ends after its last item (the header's stamp can read a little early: the timer read

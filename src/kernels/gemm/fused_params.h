@@ -58,7 +58,8 @@ struct W4a16FusedParams {
 };
 
 // The trace's layout: per CTA a header [start, routed, end, items] and kFusedTraceItems records
-// [kind | a << 8 | rb << 16 | kc << 24, item entry read, first stage's data, stores out].
+// [kind | a << 8 | rb << 16 | kc << 24 | nkg << 32, item entry read, first stage's data, stores
+// out] (nkg: the item's K groups, so that the reader needs no copy of the grid's rules).
 inline constexpr int kFusedTraceItems = 96;
 inline constexpr int kFusedTraceWordsPerCta = 4 * (1 + kFusedTraceItems);
 

@@ -430,7 +430,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
 #if FP4MOE_FUSED_TRACE
       unsigned long long* rec = trace && ctid == 0 && traced < kFusedTraceItems ? trace + 4 * (1 + traced) : nullptr;
       if (rec) {
-        rec[0] = static_cast<unsigned long long>(it.kind | it.a << 8 | it.rb << 16 | it.kc << 24);
+        rec[0] = static_cast<unsigned long long>(it.kind | it.a << 8 | it.rb << 16 | it.kc << 24) |
+                 static_cast<unsigned long long>(it.nkg) << 32;
         rec[1] = rec[2] = w4a16::global_timer_ns();
       }
 #endif
