@@ -57,11 +57,17 @@ struct W4a16FusedParams {
   unsigned long long* trace = nullptr;
 };
 
-// The trace's layout: per CTA a header [start, routed, end, items] and kFusedTraceItems records
-// [kind | a << 8 | rb << 16 | kc << 24 | nkg << 32, item entry read, first stage's data, stores
-// out] (nkg: the item's K groups, so that the reader needs no copy of the grid's rules).
-inline constexpr int kFusedTraceItems = 96;
-inline constexpr int kFusedTraceWordsPerCta = 4 * (1 + kFusedTraceItems);
+// The trace's layout: per CTA a header of two records [start, routed, end, the consumers' items]
+// [the epilogue warp's items, the producer's items, 0, 0] and three tables of kFusedTraceItems
+// records of 4 words, one record per item in the CTA's order.
+// Every record begins with [kind | a << 8 | rb << 16 | kc << 24 | nkg << 32] (nkg: the item's K
+// groups, so that the reader needs no copy of the grid's rules), then
+//   consumers:     item entry read, first stage's data, stores out
+//   epilogue warp: the consumers' stores seen, an FC1 chunk's arrival returned (bit 63: it was the
+//                  last), fc1_done / fc2_done released (0: not by this item)
+//   producer lane: ticket decoded, its inputs acquired (fc1_done / fc2_done), its ring slot free
+inline constexpr int kFusedTraceItems = 64;
+inline constexpr int kFusedTraceWordsPerCta = 4 * (2 + 3 * kFusedTraceItems);
 
 // The family's fixed geometry.
 inline constexpr int kFusedTokens = 8;                   // the batch is one n8 MMA tile

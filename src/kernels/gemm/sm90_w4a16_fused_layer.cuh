@@ -109,6 +109,11 @@ struct W4a16FusedTraits {
 #define FP4MOE_FUSED_TRACE 0
 #endif
 
+// A trace record's first word (fused_params.h, kFusedTraceItems).
+__device__ __forceinline__ unsigned long long fused_trace_code(const fused::Item& it) {
+  return static_cast<unsigned long long>(it.kind | it.a << 8 | it.rb << 16 | it.kc << 24) |
+         static_cast<unsigned long long>(it.nkg) << 32;
+}
 
 // The last FC1 K chunk of (a, rb) to arrive, in the epilogue warp: the chunks' partial tiles
 // summed in chunk order (the same bits whichever CTA arrives last), SwiGLU, act. Lane l takes the
@@ -228,6 +233,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
       // rows, so one acquire per group (row block) serves the items after it.
       int fc1_seen = -1, fc2_seen = -1;
       int t = atomicAdd(ctr + C.ticket, 1);
+#if FP4MOE_FUSED_TRACE
+      int ptraced = 0;
+#endif
       for (;;) {
         // The next ticket is drawn as the item's last copies are issued: early enough that its
         // round trip hides behind them, late enough that a CTA holds no item it cannot start
@@ -248,6 +256,11 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
         // The item's inputs: FC2 reads act of its group (all of FC1's row blocks of it), the
         // finalize every FC2 item of its row block. Both were released by their writers; the
         // copy engine reads act after the acquire and the proxy fence.
+#if FP4MOE_FUSED_TRACE
+        unsigned long long* prec =
+            trace && ptraced < kFusedTraceItems ? trace + 4 * (2 + 2 * kFusedTraceItems + ptraced++) : nullptr;
+        if (prec) prec[0] = fused_trace_code(it), prec[1] = w4a16::global_timer_ns();
+#endif
         if (it.kind == fused::kItemFc2 && it.a != fc1_seen) {
           while (ptx::ld_acquire_gpu(ctr + C.fc1_done + it.a) < G.rb1) __nanosleep(64);
           ptx::sm90::fence_proxy_async_global();
@@ -257,7 +270,13 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
           const int fc2_items = fused_fc2_items_per_rb(G, A);
           while (ptx::ld_acquire_gpu(ctr + C.fc2_done + fc2_seen) < fc2_items) __nanosleep(64);
         }
+#if FP4MOE_FUSED_TRACE
+        if (prec) prec[2] = w4a16::global_timer_ns();
+#endif
         ptx::sm90::mbarrier_wait(&item_empty[islot], iphase ^ 1);
+#if FP4MOE_FUSED_TRACE
+        if (prec) prec[3] = w4a16::global_timer_ns();
+#endif
         items[islot] = it;
         ptx::sm90::mbarrier_arrive(&item_full[islot]);
         if (++islot == kFusedItemSlots) islot = 0, iphase ^= 1;
@@ -314,6 +333,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
         }
         t = t_next;
       }
+#if FP4MOE_FUSED_TRACE
+      if (trace) trace[5] = static_cast<unsigned long long>(ptraced);
+#endif
     }
     __syncwarp();
   } else if (warp == 1) {
@@ -330,11 +352,19 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
     ptx::sm90::mbarrier_wait(routed, 0);  // the tables its reductions read (col_slot)
     int islot = 0;
     uint32_t iphase = 0;
+#if FP4MOE_FUSED_TRACE
+    int etraced = 0;
+#endif
     for (;;) {
       ptx::sm90::mbarrier_wait(&item_full[islot], iphase);
       const Item it = items[islot];
       if (it.kind == fused::kItemEnd) break;
       ptx::sm90::mbarrier_wait(&item_stored[islot], iphase);
+#if FP4MOE_FUSED_TRACE
+      unsigned long long* erec =
+          trace && lane == 0 && etraced < kFusedTraceItems ? trace + 4 * (2 + kFusedTraceItems + etraced++) : nullptr;
+      if (erec) erec[0] = fused_trace_code(it), erec[1] = w4a16::global_timer_ns(), erec[2] = erec[3] = 0;
+#endif
       if (it.kind == fused::kItemFc1) {
         bool complete = it.nkc == 1;  // with one K chunk the consumers stored act themselves
         if (!complete) {
@@ -342,6 +372,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
           if (lane == 0) {
             int* arrivals = ctr + C.fc1_arrivals + it.a * G.rb1 + it.rb;
             last = ptx::atomic_add_acq_rel_gpu(arrivals, 1) == it.nkc - 1;
+#if FP4MOE_FUSED_TRACE
+            if (erec) erec[2] = w4a16::global_timer_ns() | (last ? 1ull << 63 : 0ull);
+#endif
             if (last) *arrivals = 0;  // ready for the next launch
           }
           if (__shfl_sync(0xffffffffu, last, 0)) {
@@ -352,13 +385,22 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
         }
         __syncwarp();  // the warp's act stores before lane 0's release
         if (complete && lane == 0) ptx::red_release_gpu_add(ctr + C.fc1_done + it.a, 1);
+#if FP4MOE_FUSED_TRACE
+        if (erec && complete) erec[3] = w4a16::global_timer_ns();
+#endif
       } else if (it.kind == fused::kItemFc2) {
         if (lane == 0) ptx::red_release_gpu_add(ctr + C.fc2_done + it.rb, 1);
+#if FP4MOE_FUSED_TRACE
+        if (erec) erec[3] = w4a16::global_timer_ns();
+#endif
       }
       __syncwarp();
       if (lane == 0) ptx::sm90::mbarrier_arrive(&item_empty[islot]);
       if (++islot == kFusedItemSlots) islot = 0, iphase ^= 1;
     }
+#if FP4MOE_FUSED_TRACE
+    if (trace && lane == 0) trace[4] = static_cast<unsigned long long>(etraced);
+#endif
   } else {
     // ==== consumers ==========================================================================
     const int cw = warp - Tr::kFirstConsumerWarp, ctid = tid - Tr::kFirstConsumerWarp * 32;
@@ -428,12 +470,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
       const Item it = items[islot];
       if (it.kind == fused::kItemEnd) break;
 #if FP4MOE_FUSED_TRACE
-      unsigned long long* rec = trace && ctid == 0 && traced < kFusedTraceItems ? trace + 4 * (1 + traced) : nullptr;
-      if (rec) {
-        rec[0] = static_cast<unsigned long long>(it.kind | it.a << 8 | it.rb << 16 | it.kc << 24) |
-                 static_cast<unsigned long long>(it.nkg) << 32;
-        rec[1] = rec[2] = w4a16::global_timer_ns();
-      }
+      unsigned long long* rec = trace && ctid == 0 && traced < kFusedTraceItems ? trace + 4 * (2 + traced) : nullptr;
+      if (rec) rec[0] = fused_trace_code(it), rec[1] = rec[2] = w4a16::global_timer_ns();
 #endif
       if (it.kind == fused::kItemFinalize) {
         // out[token][row] = the sum over the token's slots of FC2's weighted K chunks, for this
