@@ -4,7 +4,8 @@
 # Logs and JSON go to OUT_DIR.
 #   scripts/gpu_check.sh BIN_DIR OUT_DIR [tests|sanitize|tune|checkpoint|bench|families|profile|overlap|all]...
 # BIN_DIR holds fp4moe and fp4moe_gpu_tests (a build tree's, or copies of them); the overlap
-# step runs fp4moe_dequant_overlap, fp4moe_bulk_stream and fp4moe_route_latency from there too
+# step runs fp4moe_dequant_overlap, fp4moe_bulk_stream, fp4moe_route_latency and
+# fp4moe_row_gather_stream from there too
 # (sm_90 only).
 set -uo pipefail
 bin=$1; out=$2; shift 2
@@ -136,4 +137,8 @@ fi
 if has overlap && [ -x "$bin/fp4moe_route_latency" ]; then
   echo "== one token's routing in the fused family's CTAs (tools/route_latency.cu)"
   timeout 60 "$bin/fp4moe_route_latency" | tee "$out/route_latency.md"
+fi
+if has overlap && [ -x "$bin/fp4moe_row_gather_stream" ]; then
+  echo "== the prefill FC1's token rows gathered by one tensor copy a row (tools/row_gather_stream.cu)"
+  timeout 120 "$bin/fp4moe_row_gather_stream" | tee "$out/row_gather_stream.md"
 fi
