@@ -235,7 +235,8 @@ int main(int argc, char** argv) {
     // The check: every tile's first stage, box against rows.
     {
       constexpr int kSmem = 2 * kTokens * 128 + 8 + 1024;
-      FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(check_kernel<kTokens>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+      FP4MOE_CUDA_CHECK(
+          cudaFuncSetAttribute(check_kernel<kTokens>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
       for (int t = 0; t < std::min(tiles, 8); ++t)
         check_kernel<kTokens><<<1, 32, kSmem, stream>>>(box_map, row_map, dindex.get<int>(), t, sink.get<uint32_t>());
       FP4MOE_CUDA_CHECK(cudaGetLastError());
@@ -255,7 +256,8 @@ int main(int argc, char** argv) {
     const double bytes = stages * (kChunks * kTokens * 128 + kWeightBytes);
     std::printf("%d tokens, %d tiles of %d rows x %d row blocks, %d-K stages, %d stages a CTA, %d CTAs\n", tokens,
                 tiles, kTokens, kRowBlocks, 64 * kChunks, kStages, sms);
-    std::printf("| mode | hold cycles | us | GB/s into shared memory | ns a stage a CTA | x box |\n|---|---|---|---|---|---|\n");
+    std::printf("| mode | hold cycles | us | GB/s into shared memory | ns a stage a CTA | x box |\n");
+    std::printf("|---|---|---|---|---|---|\n");
     for (int hold : {0, 1000, 1500, 2000}) {
       Params ph = p;
       ph.hold_cycles = hold;
