@@ -126,19 +126,15 @@ if has profile; then
     > "$out/ncu_glm5_t64.txt" 2>&1; echo "ncu exit $?"
   grep -E "w4a16_grouped|Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy|Registers|Compute \(SM\)|Stall|Warp Cycles Per Issued" "$out/ncu_glm5_t64.txt" | head -40
 fi
-if has overlap && [ -x "$bin/fp4moe_dequant_overlap" ]; then
-  echo "== the dequantization beside mma.sync / wgmma (tools/dequant_overlap.cu)"
-  timeout 120 "$bin/fp4moe_dequant_overlap" | tee "$out/dequant_overlap.md"
-fi
-if has overlap && [ -x "$bin/fp4moe_bulk_stream" ]; then
-  echo "== the fused family's copies alone against a plain read (tools/bulk_stream.cu)"
-  timeout 120 "$bin/fp4moe_bulk_stream" | tee "$out/bulk_stream.md"
-fi
-if has overlap && [ -x "$bin/fp4moe_route_latency" ]; then
-  echo "== one token's routing in the fused family's CTAs (tools/route_latency.cu)"
-  timeout 60 "$bin/fp4moe_route_latency" | tee "$out/route_latency.md"
-fi
-if has overlap && [ -x "$bin/fp4moe_row_gather_stream" ]; then
-  echo "== the prefill FC1's token rows gathered by one tensor copy a row (tools/row_gather_stream.cu)"
-  timeout 120 "$bin/fp4moe_row_gather_stream" | tee "$out/row_gather_stream.md"
+# A developer microbenchmark of tools/, where it was built: TOOL SECONDS WHAT.
+run_tool() {
+  [ -x "$bin/fp4moe_$1" ] || return 0
+  echo "== $3 (tools/$1.cu)"
+  timeout "$2" "$bin/fp4moe_$1" | tee "$out/$1.md"
+}
+if has overlap; then
+  run_tool dequant_overlap 120 "the dequantization beside mma.sync / wgmma"
+  run_tool bulk_stream 120 "the fused family's copies alone against a plain read"
+  run_tool route_latency 60 "one token's routing in the fused family's CTAs"
+  run_tool row_gather_stream 120 "the prefill FC1's token rows gathered by one tensor copy a row"
 fi
