@@ -50,9 +50,10 @@ constexpr int kThreads = 160;     // the producer warp, a consumer warpgroup
 
 enum Mode : int { kBox = 0, kRowsLane = 1, kRowsWarp = 2 };
 
+// A stage: the chunks' token rows, then the weights; 1024-byte aligned (the swizzle's period).
 template <int kTokens, int kChunks>
 constexpr int stage_bytes() {
-  return kChunks * kTokens * 128 + kWeightBytes + 1024 - (kChunks * kTokens * 128 + kWeightBytes) % 1024;
+  return (kChunks * kTokens * 128 + kWeightBytes + 1023) / 1024 * 1024;
 }
 
 struct Params {
