@@ -56,6 +56,12 @@ constexpr int stage_bytes() {
   return (kChunks * kTokens * 128 + kWeightBytes + 1023) / 1024 * 1024;
 }
 
+// The dynamic shared memory rounded up to the 128-byte swizzle's 1024-byte period (the launches
+// ask for 1024 bytes of slack).
+__device__ __forceinline__ uint8_t* swizzle_aligned(uint8_t* smem_raw) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+}
+
 struct Params {
   const int* index;        // [tiles * kTokens]: the token row each permuted row reads
   const uint8_t* weights;  // streamed, kWeightBytes a stage
@@ -72,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kTokenBytes = kChunks * kTokens * 128;
   constexpr int kStagesPerUnit = kK / (64 * kChunks);
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* smem = swizzle_aligned(smem_raw);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kStageBytes);
   uint64_t* empty = full + kStages;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -111,6 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int c = 0; c < kChunks; ++c)
               sm90::tma_load_2d(st + c * kTokens * 128, &box_map, k0 + 64 * c, tile * kTokens, &full[slot]);
         } else if constexpr (kMode == kRowsLane) {
+          // Each row's index read again every stage (an L1 hit after the unit's first stage).
           if (lane == 0)
             for (int r = 0; r < kTokens; ++r) {
               const int row = __ldg(p.index + tile * kTokens + r);
@@ -158,7 +165,7 @@ __global__ void __launch_bounds__(32, 1)
     check_kernel(const __grid_constant__ CUtensorMap box_map, const __grid_constant__ CUtensorMap row_map,
                  const int* index, int tile, uint32_t* mismatches) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* smem = swizzle_aligned(smem_raw);
   uint64_t* bar = reinterpret_cast<uint64_t*>(smem + 2 * kTokens * 128);
   if (threadIdx.x == 0) {
     sm90::mbarrier_init(bar, 1);
@@ -208,8 +215,7 @@ int main(int argc, char** argv) {
     int major = 0;
     FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     FP4MOE_CHECK(major == 9, "row_gather_stream: built for sm_90a; this GPU is sm_", major, "x");
-    cudaStream_t stream;
-    FP4MOE_CUDA_CHECK(cudaStreamCreate(&stream));
+    fp4moe::OwnedStream stream;
 
     const int64_t grows = static_cast<int64_t>(tiles) * kTokens;
     std::mt19937 rng(7);
@@ -227,13 +233,13 @@ int main(int argc, char** argv) {
     FP4MOE_CUDA_CHECK(cudaMemcpy(dx.get<void>(), x.data(), x.size() * 2, cudaMemcpyHostToDevice));
     FP4MOE_CUDA_CHECK(cudaMemcpy(dg.get<void>(), g.data(), g.size() * 2, cudaMemcpyHostToDevice));
     FP4MOE_CUDA_CHECK(cudaMemcpy(dindex.get<void>(), index.data(), index.size() * 4, cudaMemcpyHostToDevice));
-    FP4MOE_CUDA_CHECK(cudaMemset(dw.get<void>(), 0x5A, dw.bytes()));
-    FP4MOE_CUDA_CHECK(cudaMemset(sink.get<void>(), 0, 4));
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(dw.get<void>(), 0x5A, dw.bytes(), stream));
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(sink.get<void>(), 0, 4, stream));
     const CUtensorMap box_map =
         fp4moe::kernels::make_bf16_rows_tensor_map(dg.get<uint16_t>(), grows, kK, kK, kTokens);
     const CUtensorMap row_map = fp4moe::kernels::make_bf16_rows_tensor_map(dx.get<uint16_t>(), tokens, kK, kK, 1);
 
-    // The check: every tile's first stage, box against rows.
+    // The check: the first stage of the first (up to) eight tiles, box against rows.
     {
       constexpr int kSmem = 2 * kTokens * 128 + 8 + 1024;
       FP4MOE_CUDA_CHECK(
