@@ -69,6 +69,11 @@ if has sanitize; then
     > "$out/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -3 "$out/memcheck.log"
   timeout 150 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 "$bin/fp4moe_gpu_tests" \
     --gtest_filter="$small" > "$out/racecheck.log" 2>&1; echo "racecheck exit $?"; tail -3 "$out/racecheck.log"
+  # initcheck: no device read of memory the layer never wrote - the one-expert layer without a
+  # correction bias read its bias buffer's 4 unwritten bytes (every family: T = 1, 3, 64).
+  timeout 150 compute-sanitizer --tool initcheck --error-exitcode 9 "$bin/fp4moe_gpu_tests" \
+    --gtest_filter=GpuLayer.OneExpertWithoutCorrectionBias \
+    > "$out/initcheck.log" 2>&1; echo "initcheck exit $?"; tail -3 "$out/initcheck.log"
 fi
 if has tune; then
   # Tune glm5 at the default buckets into a fresh cache, then bench the layer with the cache and

@@ -324,9 +324,13 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
     up_gs[gi] = ex.up.global_scale;
     down_gs[gi] = ex.down.global_scale;
   }
+  // An empty vector uploads as zeros (what an empty correction bias means): the routing reads
+  // the bias wherever the buffer holds E floats, which its 4-byte minimum does at E = 1.
   auto upload = [](DeviceBuffer& b, const std::vector<float>& v) {
     b.resize(std::max<size_t>(4, v.size() * 4));
-    if (!v.empty())
+    if (v.empty())
+      FP4MOE_CUDA_CHECK(cudaMemset(b.get(), 0, b.bytes()));
+    else
       FP4MOE_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
   };
   upload(gate_gs_, gate_gs);
@@ -362,8 +366,18 @@ std::pair<LayerPlan, std::string> GpuMoeLayerImpl::planned(int64_t tokens) const
   if (!cache) return heuristic;
   LayerPlan cached = plan;
   bool from_cache[2] = {false, false};
+  // An entry whose winner this layer cannot run for that GEMM (a hand-edited or foreign file: the
+  // loader checks only what the file says of itself) leaves the heuristic's tactic.
+  auto runnable = [&](const Tactic& t, Epilogue ep) {
+    try {
+      kernel_for(t, ep);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  };
   auto take = [&](const GemmKey& key, Tactic& slot, bool& taken) {
-    if (auto e = cache->lookup(identity_, key, tokens); e && kernels::find_w4a16_kernel(e->winner)) {
+    if (auto e = cache->lookup(identity_, key, tokens); e && runnable(e->winner, key.epilogue)) {
       slot = e->winner;
       taken = true;
     }

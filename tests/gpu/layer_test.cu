@@ -281,6 +281,44 @@ TEST(GpuLayer, AllTokensOnOneExpertAndEmptyExperts) {
   }
 }
 
+// One expert and no correction bias (empty means zeros): the routing reads E = 1 floats of the
+// bias buffer, which must then hold a zero, not whatever the allocator left there. Freed
+// allocations filled with NaN first, so that a buffer left unwritten is found.
+TEST(GpuLayer, OneExpertWithoutCorrectionBias) {
+  FP4MOE_REQUIRE_GPU();
+  {
+    std::vector<DeviceBuffer> junk;
+    for (size_t bytes = 4; bytes <= 4096; bytes *= 2)
+      for (int i = 0; i < 4; ++i) {
+        junk.emplace_back(bytes);
+        test::poison(junk.back());
+      }
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  MoeConfig cfg = odd_config();
+  cfg.num_experts = 1;
+  cfg.routing.top_k = 1;
+  SyntheticOptions so;
+  so.seed = 61;
+  MoeWeights w = make_synthetic_moe(cfg, so);
+  w.correction_bias.clear();
+  LayerOptions lo;
+  lo.use_tuning_cache = false;
+  std::unique_ptr<GpuMoeLayer> layer = GpuMoeLayer::create(w, lo);
+  for (const int64_t tokens : {1, 3, 64}) {  // the fused or small-batch family, then the routing kernels
+    const std::vector<float> hidden = make_hidden_states(tokens, cfg.hidden, 5 + tokens);
+    const std::vector<float> logits = make_router_logits(tokens, cfg.num_experts, 5 + tokens);
+    const RunResult r = run_layer(*layer, hidden, logits, tokens, nullptr);
+    for (int32_t id : r.routing.ids) ASSERT_EQ(id, 0) << "T=" << tokens;
+    const Routing ref = route_reference(cfg.routing, logits, tokens, cfg.num_experts, w.correction_bias);
+    for (size_t i = 0; i < ref.weights.size(); ++i)
+      EXPECT_NEAR(r.routing.weights[i], ref.weights[i], 1e-5) << "T=" << tokens;
+    const test::Comparison cmp = check_against_reference(w, hidden, tokens, r);
+    EXPECT_EQ(cmp.non_finite, 0) << "T=" << tokens;
+    EXPECT_LT(cmp.rel_frobenius, kTolerance) << "T=" << tokens;
+  }
+}
+
 TEST(GpuLayer, SoftmaxAndGroupLimitedRouting) {
   FP4MOE_REQUIRE_GPU();
   for (int variant = 0; variant < 2; ++variant) {
