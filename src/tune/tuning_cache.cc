@@ -14,6 +14,7 @@
 
 #include "fp4moe/error.h"
 #include "fp4moe/version.h"
+#include "io/text_file.h"
 
 namespace fp4moe {
 namespace {
@@ -56,7 +57,9 @@ template <typename T>
 T integer(const json& j, const char* key, T lo, T hi) {
   const json& v = j.at(key);
   FP4MOE_CHECK(v.is_number_integer(), "'", key, "' is not an integer");
-  FP4MOE_CHECK(v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(hi)
+  // nlohmann stores every non-negative integer it parses as unsigned: both bounds apply there too.
+  FP4MOE_CHECK(v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&
+                                            (lo <= 0 || v.get<uint64_t>() >= static_cast<uint64_t>(lo))
                                       : v.get<int64_t>() >= lo && v.get<int64_t>() <= hi,
                "'", key, "' = ", v.dump(), " is outside [", lo, ", ", hi, "]");
   return static_cast<T>(v.get<int64_t>());
@@ -84,10 +87,17 @@ CacheEntry from_json(const json& j) {
   e.gemm.top_k = integer<int>(g, "top_k", 1, 1 << 20);
   e.gemm.shared_expert = g.at("shared_expert").get<bool>();
   e.bucket = integer<int64_t>(j, "bucket", 1, kBig);
-  e.winner = parse_tactic(j.at("winner").get<std::string>());
+  // A tactic of another epilogue could not run this GEMM: the entry is corrupt, not a plan.
+  auto tactic_for_gemm = [&](const char* key) {
+    const Tactic t = parse_tactic(j.at(key).get<std::string>());
+    FP4MOE_CHECK(t.epilogue == e.gemm.epilogue, "'", key, "' ", format_tactic(t), " has epilogue ",
+                 to_string(t.epilogue), ", the GEMM's is ", to_string(e.gemm.epilogue));
+    return t;
+  };
+  e.winner = tactic_for_gemm("winner");
   e.time_us = time_field(j, "time_us");
   if (j.contains("runner_up")) {
-    e.runner_up = parse_tactic(j.at("runner_up").get<std::string>());
+    e.runner_up = tactic_for_gemm("runner_up");
     e.runner_up_us = time_field(j, "runner_up_us");
   }
   return e;
@@ -199,11 +209,17 @@ std::string TuningCache::file_for(int sm, const std::string& library_version) {
 TuningCache TuningCache::load(const std::string& path, std::vector<std::string>* warnings) {
   TuningCache c;
   c.path_ = path;
-  std::ifstream f(path);
-  if (!f.good()) return c;  // no cache yet
-  std::stringstream ss;
-  ss << f.rdbuf();
-  c.entries_ = parse(ss.str(), path, warnings);
+  // Only a regular file of a sane size is read (a FIFO would block the open, /dev/zero never
+  // end); anything else is reported and ignored like a corrupt file.
+  std::optional<std::string> text;
+  try {
+    text = read_text_file(path);
+  } catch (const Error& e) {
+    if (warnings) warnings->push_back(std::string(e.what()) + "; ignored");
+    return c;
+  }
+  if (!text) return c;  // no cache yet
+  c.entries_ = parse(*text, path, warnings);
   return c;
 }
 

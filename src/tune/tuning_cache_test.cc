@@ -3,11 +3,13 @@
 #include "fp4moe/tuning_cache.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "fp4moe/version.h"
 #include "support/oracle.h"
@@ -120,6 +122,51 @@ TEST(TuningCache, CorruptAndForeignFilesAreReportedAndIgnored) {
     EXPECT_TRUE(TuningCache::load(path, &w).entries().empty()) << to;
     EXPECT_EQ(w.size(), 1u) << to;
   }
+}
+
+// Entries that name what no GEMM could run - a winner of another epilogue, a zero bucket or
+// shape - are reported and skipped; so are paths that are not regular files (a FIFO would block
+// the open: the load returns at once).
+TEST(TuningCache, ImpossibleEntriesAndOddPathsAreReportedAndIgnored) {
+  const std::string path = fresh("cache_impossible.json");
+  TuningCache::merge_into_file(path, {entry(8, 8)});
+  std::stringstream ss;
+  ss << std::ifstream(path).rdbuf();
+  const std::string good = ss.str();
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    const size_t at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from << " not in " << t;
+    if (at != std::string::npos) t.replace(at, from.size(), to);
+    return t;
+  };
+  std::vector<std::string> w;
+  ASSERT_EQ(TuningCache::load(path, &w).entries().size(), 1u);
+  ASSERT_TRUE(w.empty());
+  const std::pair<std::string, std::string> cases[] = {
+      {":swiglu\"", ":finalize\""},  // the winner (the first tactic in the entry)
+      {"\"bucket\": 8", "\"bucket\": 0"},
+      {"\"k\": 6144", "\"k\": 0"},
+  };
+  for (const auto& [from, to] : cases) {
+    std::ofstream(path, std::ios::trunc) << replaced(from, to);
+    w.clear();
+    EXPECT_TRUE(TuningCache::load(path, &w).entries().empty()) << to;
+    EXPECT_EQ(w.size(), 1u) << to;
+  }
+  const std::string fifo = fresh("cache_fifo.json");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  w.clear();
+  EXPECT_TRUE(TuningCache::load(fifo, &w).entries().empty());
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("not a regular file"), std::string::npos) << w[0];
+  // A merge replaces the FIFO by a cache file (written aside, renamed over it), never blocks.
+  w.clear();
+  EXPECT_EQ(TuningCache::merge_into_file(fifo, {entry(1, 8)}, &w).entries().size(), 1u);
+  EXPECT_TRUE(fs::is_regular_file(fifo));
+  w.clear();
+  EXPECT_TRUE(TuningCache::load(test::temp_dir().string(), &w).entries().empty());  // a directory
+  EXPECT_EQ(w.size(), 1u);
 }
 
 TEST(TuningCache, ConcurrentWritersLoseNothing) {
