@@ -59,9 +59,10 @@ struct Nvfp4Matrix {
   float global_scale = 1.0f;
 
   int64_t blocks_per_row() const { return cols / kNvfp4BlockSize; }
-  // e2m1(code) * e4m3(block scale) * global_scale, evaluated in double (exact).
+  // e2m1(code) * e4m3(block scale) * global_scale, evaluated in double (exact); throws where
+  // (r, c) or the buffers do not fit the shape.
   double value(int64_t r, int64_t c) const;
-  // The dequantized matrix, row-major [rows, cols].
+  // The dequantized matrix, row-major [rows, cols]; validate()s first.
   std::vector<float> dequantize() const;
   std::vector<double> dequantize_f64() const;
   // Throws fp4moe::Error when the shapes of data/scales do not match rows and cols.
@@ -98,8 +99,11 @@ struct Mxfp4Matrix {
   std::vector<uint8_t> data;          // [rows, cols/2]
   std::vector<uint8_t> block_scales;  // [rows, cols/32] UE8M0
 
+  // 2^(scale - 127) * e2m1(code); throws where (r, c) or the buffers do not fit the shape.
   double value(int64_t r, int64_t c) const;
+  // Throws fp4moe::Error where the buffers do not hold [rows, cols] or a scale is NaN (0xFF).
   std::vector<float> dequantize() const;
+  void validate(const char* what) const;
 };
 Mxfp4Matrix quantize_mxfp4(std::span<const float> w, int64_t rows, int64_t cols);
 

@@ -109,23 +109,41 @@ Nvfp4Matrix quantize_nvfp4_activations(std::span<const float> x, int64_t rows, i
   return q;
 }
 
+namespace {
+// Element (r, c) of a matrix whose shape and buffers have been checked.
+double value_of(const Nvfp4Matrix& m, int64_t r, int64_t c) {
+  const double e = e2m1_to_float(fp4_code_at(m.data.data(), r * m.cols + c));
+  const double s = e4m3_to_float(m.block_scales[r * m.blocks_per_row() + c / kNvfp4BlockSize]);
+  return e * s * static_cast<double>(m.global_scale);
+}
+}  // namespace
+
 double Nvfp4Matrix::value(int64_t r, int64_t c) const {
-  const double e = e2m1_to_float(fp4_code_at(data.data(), r * cols + c));
-  const double s = e4m3_to_float(block_scales[r * blocks_per_row() + c / kNvfp4BlockSize]);
-  return e * s * static_cast<double>(global_scale);
+  // The buffers' sizes against the shape (what validate checks first, without its scan of every
+  // scale: this is one element).
+  FP4MOE_CHECK(rows >= 0 && cols >= 0 && cols % kNvfp4BlockSize == 0 &&
+                   static_cast<int64_t>(data.size()) == checked_size(rows, cols, "Nvfp4Matrix::value") / 2 &&
+                   static_cast<int64_t>(block_scales.size()) == rows * cols / kNvfp4BlockSize,
+               "Nvfp4Matrix::value: data (", data.size(), " bytes) and block_scales (", block_scales.size(),
+               ") do not hold a [", rows, ", ", cols, "] matrix");
+  FP4MOE_CHECK(r >= 0 && r < rows && c >= 0 && c < cols, "Nvfp4Matrix::value: (", r, ", ", c,
+               ") is outside the matrix [", rows, ", ", cols, "]");
+  return value_of(*this, r, c);
 }
 
 std::vector<double> Nvfp4Matrix::dequantize_f64() const {
+  validate("Nvfp4Matrix::dequantize_f64");
   std::vector<double> out(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = value(r, c);
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = value_of(*this, r, c);
   return out;
 }
 
 std::vector<float> Nvfp4Matrix::dequantize() const {
+  validate("Nvfp4Matrix::dequantize");
   std::vector<float> out(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = static_cast<float>(value(r, c));
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = static_cast<float>(value_of(*this, r, c));
   return out;
 }
 

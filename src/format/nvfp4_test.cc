@@ -106,6 +106,28 @@ TEST(Nvfp4, RejectsBadShapesAndNonFiniteValues) {
   EXPECT_THROW(quantize_nvfp4(std::vector<float>(16, 1e-42f), 1, 16), Error);
 }
 
+// A matrix a caller put together whose buffers do not hold its shape: every read of it throws
+// before it indexes past them (data is a quarter of what [4, 32] needs).
+TEST(Nvfp4, MatricesWhoseBuffersDoNotFitTheirShapeAreRejected) {
+  Nvfp4Matrix nv = quantize_nvfp4(gaussian(4 * 32, 1.0, 3), 4, 32);
+  ASSERT_NO_THROW(nv.dequantize());
+  EXPECT_THROW(nv.value(4, 0), Error);
+  EXPECT_THROW(nv.value(0, -1), Error);
+  nv.data.resize(16);
+  EXPECT_THROW(nv.value(3, 31), Error);
+  EXPECT_THROW(nv.dequantize(), Error);
+  EXPECT_THROW(nv.dequantize_f64(), Error);
+  Mxfp4Matrix mx = quantize_mxfp4(gaussian(4 * 32, 1.0, 4), 4, 32);
+  ASSERT_NO_THROW(mx.dequantize());
+  EXPECT_THROW(mx.value(0, 32), Error);
+  mx.block_scales[2] = 0xFF;  // NaN
+  EXPECT_THROW(mx.dequantize(), Error);
+  mx.block_scales[2] = 127;
+  mx.data.resize(16);
+  EXPECT_THROW(mx.value(3, 31), Error);
+  EXPECT_THROW(mx.dequantize(), Error);
+}
+
 TEST(Nvfp4, ZeroBlockTakesScaleOneAndZeroMatrixIsValid) {
   std::vector<float> w(2 * 32, 0.0f);
   w[40] = 3.0f;
