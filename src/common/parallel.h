@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -17,7 +18,10 @@ inline int default_thread_count() {
 }
 
 // Calls fn(begin, end) on contiguous chunks from `threads` threads (0 = all). The first
-// exception thrown by any chunk is rethrown on the caller's thread.
+// exception thrown by any chunk is rethrown on the caller's thread. Where the system refuses a
+// thread (a process or address-space limit), the chunks left run on the caller's thread: the
+// result is the same, only later (a std::thread that throws out of here with others still
+// joinable would end the process).
 template <typename Fn>
 void parallel_for(int64_t n, int threads, Fn&& fn) {
   if (threads <= 0) threads = default_thread_count();
@@ -27,20 +31,27 @@ void parallel_for(int64_t n, int threads, Fn&& fn) {
     return;
   }
   std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(threads));
   std::exception_ptr error;
   std::mutex error_mutex;
+  auto work = [&](int64_t b, int64_t e) {
+    try {
+      fn(b, e);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+  };
   const int64_t chunk = (n + threads - 1) / threads;
   for (int t = 0; t < threads; ++t) {
     const int64_t b = t * chunk, e = std::min(n, b + chunk);
     if (b >= e) break;
-    pool.emplace_back([&, b, e] {
-      try {
-        fn(b, e);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-      }
-    });
+    try {
+      pool.emplace_back(work, b, e);
+    } catch (const std::system_error&) {
+      work(b, n);  // this chunk and every later one, here
+      break;
+    }
   }
   for (auto& th : pool) th.join();
   if (error) std::rethrow_exception(error);
