@@ -20,7 +20,7 @@ void validate_shard(const MoeConfig& cfg, const Shard& s) {
   if (s.mode == ShardMode::kTensor) {
     FP4MOE_CHECK(cfg.intermediate % (int64_t{16} * s.world) == 0, "tensor parallel ", s.world,
                  ": the intermediate size ", cfg.intermediate, " must split into multiples of 16 (I % ",
-                 16 * s.world, " == 0)");
+                 int64_t{16} * s.world, " == 0)");
     FP4MOE_CHECK(cfg.shared_intermediate % (int64_t{16} * s.world) == 0, "tensor parallel ", s.world,
                  ": the shared expert's intermediate size ", cfg.shared_intermediate,
                  " must split into multiples of 16");

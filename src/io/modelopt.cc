@@ -196,7 +196,8 @@ ModelInfo read_model_info(const Checkpoint& ckpt) {
                                                  : field<int>(c, "num_experts", cfg_label);
   m.routing.top_k = field<int>(c, "num_experts_per_tok", cfg_label);
   const int n_shared = field_or<int>(c, "n_shared_experts", 0, cfg_label);
-  m.shared_intermediate = n_shared * m.intermediate;
+  FP4MOE_CHECK(n_shared >= 0, cfg_label, ": n_shared_experts = ", n_shared, " is negative");
+  m.shared_intermediate = checked_size(n_shared, m.intermediate, cfg_label.c_str());
   const std::string scoring = field_or<std::string>(c, "scoring_func", "softmax", cfg_label);
   const std::string topk_method = field_or<std::string>(c, "topk_method", "", cfg_label);
   if (scoring == "sigmoid") {
@@ -213,6 +214,10 @@ ModelInfo read_model_info(const Checkpoint& ckpt) {
   m.routing.routed_scaling_factor = field_or<float>(c, "routed_scaling_factor", 1.0f, cfg_label);
   info.num_layers = field<int>(c, "num_hidden_layers", cfg_label);
   info.first_moe_layer = field_or<int>(c, "first_k_dense_replace", 0, cfg_label);
+  FP4MOE_CHECK(info.num_layers >= 1, cfg_label, ": num_hidden_layers = ", info.num_layers, " must be >= 1");
+  FP4MOE_CHECK(info.first_moe_layer >= 0 && info.first_moe_layer < info.num_layers, cfg_label,
+               ": first_k_dense_replace = ", info.first_moe_layer, " must be in [0, num_hidden_layers = ",
+               info.num_layers, ")");
   try {
     m.validate();
   } catch (const Error& e) {

@@ -37,10 +37,12 @@ constexpr DtypeInfo kDtypes[] = {
 // Header sizes beyond this are refused (the reference implementation's limit is 100 MB).
 constexpr uint64_t kMaxHeaderBytes = 100ull * 1000 * 1000;
 
-// Bytes of `elements` values of `d`, or -1 on overflow or a fractional byte count.
+// Bytes of `elements` values of `d`, or -1 on a negative dimension, overflow or a fractional
+// byte count.
 int64_t tensor_bytes(StDtype d, const std::vector<int64_t>& shape) {
   __int128 n = 1;
   for (int64_t s : shape) {
+    if (s < 0) return -1;
     n *= s;
     if (n > (static_cast<__int128>(1) << 62)) return -1;
   }
@@ -241,8 +243,11 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<StTensorOut>& tenso
                                            const std::map<std::string, std::string>& metadata) {
   std::vector<StTensorMeta> meta;
   for (const auto& t : tensors) {
-    FP4MOE_CHECK(tensor_bytes(t.dtype, t.shape) == static_cast<int64_t>(t.bytes.size()), "safetensors: tensor '",
-                 t.name, "' shape x dtype needs ", tensor_bytes(t.dtype, t.shape), " bytes, got ", t.bytes.size());
+    const int64_t need = tensor_bytes(t.dtype, t.shape);
+    FP4MOE_CHECK(need >= 0, "safetensors: tensor '", t.name, "' has a negative dimension, or its ",
+                 to_string(t.dtype), " size overflows or is not a whole number of bytes");
+    FP4MOE_CHECK(need == static_cast<int64_t>(t.bytes.size()), "safetensors: tensor '", t.name,
+                 "' shape x dtype needs ", need, " bytes, got ", t.bytes.size());
     meta.push_back({t.name, t.dtype, t.shape});
   }
   uint64_t data = 0;

@@ -35,6 +35,11 @@ TEST(Safetensors, RoundTripKeepsEverything) {
   EXPECT_THROW(f.tensor("nope"), Error);
   EXPECT_THROW(serialize_safetensors({{"x", StDtype::kF32, {3}, {1, 2}}}, {}), Error);  // size mismatch
   EXPECT_THROW(serialize_safetensors({{"x", StDtype::kU8, {1}, {1}}, {"x", StDtype::kU8, {1}, {1}}}, {}), Error);
+  // Negative dimensions: (-1) x (-1) = 1 byte must not pass, nor a product that wraps.
+  EXPECT_THROW(serialize_safetensors({{"x", StDtype::kU8, {-1, -1}, {1}}}, {}), Error);
+  constexpr int64_t kHuge = int64_t{1} << 61;
+  EXPECT_THROW(serialize_safetensors({{"x", StDtype::kU8, {-kHuge, kHuge, kHuge}, {}}}, {}), Error);
+  EXPECT_EQ(st_tensor_bytes(StDtype::kU8, {-1, -1}), -1);
 }
 
 // Builds an image from a raw header text and a data buffer.
