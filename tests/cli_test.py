@@ -62,6 +62,24 @@ expect_one_line_error(run("bench", "--preset", "glm5-tp8", "--tp", "32", expect_
 expect_one_line_error(run("bench", "--tp", "2", "--json", "/tmp/x.json", expect_rc=1), "--tp takes")
 expect_one_line_error(run("bench", "--tp", "1", expect_rc=1), "--tp")
 expect_one_line_error(run("quantize", "/nonexistent.npy", "/tmp/x", expect_rc=1), "cannot open")
+# Numbers as typed: no wrapped seed, no saturated width, no NaN through a range, K a multiple of 16.
+expect_one_line_error(run("run", "--seed", "-1", expect_rc=1), "'-1' is not an integer")
+expect_one_line_error(run("run", "--hidden", "99999999999999999999999", expect_rc=1),
+                      "'99999999999999999999999' is not an integer")
+expect_one_line_error(run("run", "--hidden", str(1 << 30), expect_rc=1), "exceeds 2^20")
+expect_one_line_error(run("bench", "--warmup-ms", "nan", expect_rc=1), "'nan' is not a finite number")
+expect_one_line_error(run("tune", "--margin", "nan", expect_rc=1), "'nan' is not a finite number")
+expect_one_line_error(run("tactics", "--k", "17", expect_rc=1), "not a multiple of the NVFP4 block size 16")
+# Outputs that cannot be written are refused before the run; options a checkpoint or an input
+# file fix cannot be given beside it.
+expect_one_line_error(run("run", "--output", "/nonexistent/dir/y.npy", expect_rc=1), "does not exist")
+expect_one_line_error(run("bench", "--tokens", "1", "--json", "/nonexistent/dir/b.json", expect_rc=1),
+                      "does not exist")
+expect_one_line_error(run("run", "--checkpoint", "/tmp", "--layer", "0", "--experts", "16", expect_rc=1),
+                      "excludes")
+expect_one_line_error(run("run", "--input", "/tmp/x.npy", "-t", "5", expect_rc=1), "excludes")
+# A tactic is checked where it is given, GPU or not.
+expect_one_line_error(run("bench", "--tokens", "1", "--fc1", "garbage", expect_rc=1), "garbage")
 
 with tempfile.TemporaryDirectory() as d:
     w = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
@@ -79,6 +97,19 @@ with tempfile.TemporaryDirectory() as d:
     np.save(os.path.join(d, "vec.npy"), w[0])
     expect_one_line_error(
         run("quantize", os.path.join(d, "vec.npy"), os.path.join(d, "o"), expect_rc=1), "2-D")
+    np.save(os.path.join(d, "empty.npy"), w[:0, :])
+    expect_one_line_error(
+        run("quantize", os.path.join(d, "empty.npy"), os.path.join(d, "o"), expect_rc=1), "is empty")
+    # A tuning cache that is a FIFO is reported and skipped, never waited on.
+    os.mkfifo(os.path.join(d, "tuning-fifo.json"))
+    env = dict(os.environ, FP4MOE_CACHE_DIR=d)
+    p = subprocess.run([FP4MOE, "cache", "list"], capture_output=True, text=True, timeout=60, env=env)
+    check(p.returncode == 0 and "not a regular file" in p.stdout, f"cache list over a FIFO: {p.stdout}{p.stderr}")
+    cache_file = os.path.join(d, "w.npy")
+    p = subprocess.run([FP4MOE, "cache", "list"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, FP4MOE_CACHE_DIR=cache_file))
+    expect_one_line_error(p, "is not a directory")
+    check(p.returncode != 0, "cache list with the cache directory a file: rc 0")
     np.save(os.path.join(d, "narrow.npy"), w[:2, :40])
     expect_one_line_error(
         run("run", "--input", os.path.join(d, "narrow.npy"), expect_rc=1),

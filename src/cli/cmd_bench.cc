@@ -19,6 +19,7 @@
 #include "fp4moe/synthetic.h"
 #include "fp4moe/tactic.h"
 #include "fp4moe/version.h"
+#include "io/text_file.h"
 
 #ifdef FP4MOE_WITH_CUDA
 #include "bench/bench_runner.h"
@@ -272,6 +273,8 @@ void run_cpu(const BenchArgs& a, const MoeConfig& cfg, const std::string& why) {
   so.materialize.assign(cfg.num_experts, false);
   MoeWeights w = make_synthetic_moe(cfg, so);
   for (int64_t T : parse_tokens(a.tokens)) {
+    require_host_memory(static_cast<double>(T) * (cfg.num_experts * 4.0 + cfg.routing.top_k * 8.0),  // logits, routing
+                        "the routing of T = " + std::to_string(T));
     std::vector<float> logits = make_router_logits(T, cfg.num_experts, a.seed + T);
     if (a.skew > 0) {
       const std::vector<float> b = make_router_logits(1, cfg.num_experts, a.seed + 99, a.skew);
@@ -340,6 +343,9 @@ void run_dist_command(const BenchArgs& a, const MoeConfig& cfg) {
 void run_bench_command(const BenchArgs& a) {
   const MoeConfig cfg = a.shape.resolve();
   parse_tokens(a.tokens);  // validate before any work
+  require_writable_path(a.json, "--json");
+  if (!a.fc1.empty()) parse_tactic(a.fc1);  // (only a GPU run uses them: a typo is still one)
+  if (!a.fc2.empty()) parse_tactic(a.fc2);
   if (a.tp != 0 || a.ep != 0) {
     run_dist_command(a, cfg);
     return;
@@ -361,7 +367,7 @@ void register_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Roofline benchmark: ceilings, cuBLAS baseline, our layer");
   a->shape.add_to(cmd);
   cmd->add_option("--tokens", a->tokens, "Comma-separated token counts (default 1,2,4,...,16384)");
-  cmd->add_option("--seed", a->seed, "Seed of weights, inputs and router");
+  cmd->add_option("--seed", a->seed, "Seed of weights, inputs and router")->check(WholeNumber<uint64_t>());
   cmd->add_option("--skew", a->skew, "Routing skew (0: uniform; 2: a few experts take most tokens)")
       ->check(FiniteNonNegative);
   cmd->add_flag("--warm-l2", a->warm_l2, "Do not flush the L2 before each timed run");
@@ -370,7 +376,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--iters", a->iters, "Timed runs per measurement (median)")->check(CLI::Range(1, 100000));
   cmd->add_option("--warmup", a->warmup, "Untimed runs first")->check(CLI::Range(0, 100000));
   cmd->add_option("--warmup-ms", a->warmup_ms, "Untimed runs for at least this long too: 50-100 ms puts the decode sizes under the power cap, as a long run does")
-      ->check(CLI::Range(0.0, 60000.0));
+      ->check(FiniteRange(0.0, 60000.0));
   cmd->add_option("--json", a->json, "Write the results as JSON (schema fp4moe-bench/1)");
   cmd->add_option("--gpu", a->gpu, "Without a GPU: the table GPU whose datasheet gives the floors");
   cmd->add_option("--fc1", a->fc1, "Fixed FC1 tactic (e.g. w4a16_mma:m128n8k256:s4:w8:sk1:swiglu)");
@@ -378,7 +384,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--no-cache", a->no_cache, "Ignore the tuning cache: the heuristic plan only");
   cmd->add_option("--sustain-seconds", a->sustain_seconds,
                   "Seconds of back-to-back BF16 GEMMs before the sustained (power-capped) ceiling is timed; 0: skip it")
-      ->check(CLI::Range(0.0, 60.0));
+      ->check(FiniteRange(0.0, 60.0));
   cmd->add_option("--cpu-max-tokens", a->cpu_max_tokens, "Without a GPU: time the CPU reference up to this T (0: none)")
       ->check(CLI::Range(int64_t{0}, kMaxTokens));
   cmd->add_option("--tp", a->tp, "Tensor parallel over this many GPUs (one process each, NCCL): GEMMs vs all-reduce")

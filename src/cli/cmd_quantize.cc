@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cli/commands.h"
+#include "common/host_memory.h"
 #include "fp4moe/error.h"
 #include "fp4moe/format.h"
 #include "io/npy.h"
@@ -28,9 +29,19 @@ std::vector<uint8_t> float_bytes(float f) {
 }
 
 void run_quantize(const QuantizeArgs& a) {
-  const NpyArray in = read_npy(a.input);
-  FP4MOE_CHECK(in.shape.size() == 2, a.input, ": expected a 2-D matrix [N, K], got ",
-               in.shape.size(), " dimensions");
+  const int64_t block = a.format == "nvfp4" ? kNvfp4BlockSize : kMxfp4BlockSize;
+  const NpyArray in = read_npy(a.input, [&](const NpyArray& head) {  // before its data is read
+    FP4MOE_CHECK(head.shape.size() == 2, a.input, ": expected a 2-D matrix [N, K], got ", head.shape.size(),
+                 " dimensions");
+    FP4MOE_CHECK(head.shape[0] >= 1 && head.shape[1] >= 1, a.input, ": the matrix ",
+                 npy_shape_string(head.shape), " is empty");
+    FP4MOE_CHECK(head.shape[1] % block == 0, a.input, ": K = ", head.shape[1], " is not a multiple of the block size ",
+                 block, " (", a.format, ")");
+    // The input, its fp32 copy and the dequantized fp32 matrix for the error, the packed result.
+    const double n = static_cast<double>(head.elements());
+    require_host_memory(n * (head.item_size() + 4 + 4 + 1), a.input + ": quantizing its " +
+                                                                  npy_shape_string(head.shape) + " matrix");
+  });
   const int64_t rows = in.shape[0], cols = in.shape[1];
   const std::vector<float> w = npy_to_float(in, a.input);
   std::vector<float> deq;

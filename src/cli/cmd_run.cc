@@ -20,6 +20,7 @@
 #include "io/checkpoint.h"
 #include "io/modelopt.h"
 #include "io/npy.h"
+#include "io/text_file.h"
 
 namespace fp4moe::cli {
 namespace {
@@ -107,8 +108,9 @@ double host_bytes_needed(const MoeConfig& c, int64_t tokens, bool gpu, bool refe
   const double k = c.routing.top_k, E = c.num_experts;
   const double per_token = H * (4 + 2 + 2) + E * 4 * 2 + k * 8;
   const double experts = gpu ? E + 1 : std::min(E, static_cast<double>(tokens) * k) + 1;
+  const double router = E * H * 4 + E * 4;  // fp32 router weight and correction bias
   return static_cast<double>(tokens) * per_token + experts * expert_weight_bytes(c.hidden, c.intermediate) +
-         (reference ? moe_reference_host_bytes(c, tokens) : 0.0);
+         router + (reference ? moe_reference_host_bytes(c, tokens) : 0.0);
 }
 
 void run_layer(const RunArgs& a) {
@@ -129,11 +131,15 @@ void run_layer(const RunArgs& a) {
     std::printf("checkpoint %s (%s, %s): layer %d of %d loaded in %.2f s\n", a.checkpoint.c_str(),
                 info.model_type.c_str(), info.quant_algo.c_str(), a.layer, info.num_layers, seconds_since(t0));
   } else {
+    const MoeConfig shape = a.shape.resolve();
+    // Before anything is generated (with --input, its own check follows once its T is known).
+    require_host_memory(host_bytes_needed(shape, a.input.empty() ? a.tokens : 1, use_gpu, !use_gpu || a.compare),
+                        "the " + shape.name + " layer" + (a.input.empty() ? " at --tokens " + std::to_string(a.tokens) : ""));
     SyntheticOptions so;
     so.seed = a.seed;
     so.threads = threads;
-    so.materialize.assign(a.shape.resolve().num_experts, false);  // router first; experts below
-    w = make_synthetic_moe(a.shape.resolve(), so);
+    so.materialize.assign(shape.num_experts, false);  // router first; experts below
+    w = make_synthetic_moe(shape, so);
   }
   const MoeConfig& cfg = w.config;
   print_config(cfg);
@@ -142,13 +148,17 @@ void run_layer(const RunArgs& a) {
   int64_t tokens = a.tokens;
   std::vector<float> hidden;
   if (!a.input.empty()) {
-    const NpyArray in = read_npy(a.input);
-    FP4MOE_CHECK(in.shape.size() == 2 && in.shape[1] == cfg.hidden, a.input, ": expected shape (T, ", cfg.hidden,
-                 "), got ", npy_shape_string(in.shape));
+    const NpyArray in = read_npy(a.input, [&](const NpyArray& head) {  // before its data is read
+      FP4MOE_CHECK(head.shape.size() == 2 && head.shape[1] == cfg.hidden, a.input, ": expected shape (T, ",
+                   cfg.hidden, "), got ", npy_shape_string(head.shape));
+      FP4MOE_CHECK(head.shape[0] >= 1, a.input, ": the input holds no tokens");
+      FP4MOE_CHECK(head.shape[0] <= kMaxTokens, a.input, ": ", head.shape[0], " tokens exceed the limit of ",
+                   kMaxTokens);
+      require_host_memory(host_bytes_needed(cfg, head.shape[0], use_gpu, !use_gpu || a.compare) +
+                              static_cast<double>(head.elements()) * head.item_size(),
+                          a.input + ": the run of its " + std::to_string(head.shape[0]) + " tokens");
+    });
     tokens = in.shape[0];
-    FP4MOE_CHECK(tokens >= 1, a.input, ": the input holds no tokens");
-    require_host_memory(host_bytes_needed(cfg, tokens, use_gpu, !use_gpu || a.compare),
-                        a.input + ": the run of its " + std::to_string(tokens) + " tokens");
     hidden = npy_to_float(in, a.input);
     for (float& v : hidden) {
       FP4MOE_CHECK(std::isfinite(v), a.input, ": non-finite input value");
@@ -237,7 +247,7 @@ void register_run(CLI::App& app) {
   args->shape.add_to(cmd);
   cmd->add_option("--tokens,-t", args->tokens, "Tokens in the batch")
       ->check(CLI::Range(int64_t{1}, kMaxTokens));
-  cmd->add_option("--seed", args->seed, "Seed of the synthetic weights and inputs");
+  cmd->add_option("--seed", args->seed, "Seed of the synthetic weights and inputs")->check(WholeNumber<uint64_t>());
   cmd->add_option("--threads", args->threads, "CPU threads (0: all)")->check(CLI::Range(0, 4096));
   cmd->add_option("--skew", args->skew, "Routing skew: >0 favours a few experts")->check(FiniteNonNegative);
   cmd->add_option("--device", args->device, "auto (GPU if present), gpu, or cpu (the float64 reference)")
@@ -250,7 +260,13 @@ void register_run(CLI::App& app) {
   cmd->add_option("--output-dtype", args->output_dtype, "f32 or bf16 (<V2, as ml_dtypes.bfloat16 saves)")
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--iters", args->iters, "GPU: timed CUDA-graph replays (median)")->check(CLI::Range(1, 100000));
+  // What a checkpoint or an input file fixes cannot also be given: it was silently ignored.
+  for (const char* shape : {"--preset", "--hidden", "--intermediate", "--shared-intermediate", "--experts", "--top-k",
+                            "--n-group", "--topk-group", "--routing"})
+    cmd->get_option("--checkpoint")->excludes(cmd->get_option(shape));
+  cmd->get_option("--input")->excludes(cmd->get_option("--tokens"));
   cmd->callback([args] {
+    require_writable_path(args->output, "--output");
     FP4MOE_CHECK(args->checkpoint.empty() == (args->layer < 0),
                  args->checkpoint.empty() ? "--layer needs --checkpoint" : "--checkpoint needs --layer N");
     run_layer(*args);

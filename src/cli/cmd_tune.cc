@@ -12,12 +12,14 @@
 
 #include "cli/commands.h"
 #include "cli/shape_options.h"
+#include "cli/validators.h"
 #include "fp4moe/error.h"
 #include "fp4moe/hw.h"
 #include "fp4moe/synthetic.h"
 #include "fp4moe/tune.h"  // host declarations (TuneOptions' defaults), with or without CUDA
 #include "fp4moe/tuning_cache.h"
 #include "fp4moe/version.h"
+#include "io/text_file.h"
 #ifdef FP4MOE_WITH_CUDA
 #include "fp4moe/layer.h"
 #endif
@@ -37,6 +39,15 @@ struct TuneArgs {
   uint64_t seed = 1;
 };
 
+// A cache directory that exists as something else is a misconfiguration to name, not an empty
+// cache (the layer would never find what `tune` could not store there).
+void require_cache_directory() {
+  namespace fs = std::filesystem;
+  const std::string dir = TuningCache::directory();
+  FP4MOE_CHECK(!fs::exists(dir) || fs::is_directory(dir), dir,
+               ": the tuning cache directory (FP4MOE_CACHE_DIR, XDG_CACHE_HOME or HOME) is not a directory");
+}
+
 // The buckets of the given token counts, each once, ascending.
 std::vector<int64_t> buckets_of(const std::string& s) {
   std::vector<int64_t> v;
@@ -48,8 +59,14 @@ std::vector<int64_t> buckets_of(const std::string& s) {
 
 void run_tune(const TuneArgs& a) {
   const MoeConfig cfg = a.shape.resolve();
+  // What the end of a tuning run needs, checked before it: the token list, the JSON's path, a
+  // cache directory that is one (or can be made).
+  const std::vector<int64_t> buckets = a.tokens.empty() ? std::vector<int64_t>{} : buckets_of(a.tokens);
+  require_writable_path(a.json, "--json");
+  require_cache_directory();
 #ifndef FP4MOE_WITH_CUDA
   (void)cfg;
+  (void)buckets;
   FP4MOE_FAIL("tune: this build has no CUDA");
 #else
   const auto t0 = std::chrono::steady_clock::now();
@@ -68,7 +85,7 @@ void run_tune(const TuneArgs& a) {
   o.finalist_turn_replays = a.finalist_turn_replays;
   o.finalist_settle_ms = a.finalist_settle_ms;
   o.seed = a.seed;
-  if (!a.tokens.empty()) o.buckets = buckets_of(a.tokens);
+  if (!buckets.empty()) o.buckets = buckets;
   const bool tty = isatty(fileno(stderr));
   o.progress = [tty](const std::string& what, double frac) {
     if (tty) {
@@ -128,7 +145,7 @@ void run_tune(const TuneArgs& a) {
       j["results"].push_back({{"gemm", r.gemm.epilogue == Epilogue::kSwiglu ? "fc1" : "fc2"}, {"bucket", r.bucket},
                               {"heuristic_kept", r.heuristic_kept}, {"timed", t}, {"rejected", x}});
     }
-    std::ofstream(a.json) << j.dump(1) << "\n";
+    write_text_file(a.json, j.dump(1) + "\n");
   }
 #endif
 }
@@ -142,6 +159,7 @@ void run_cache(const CacheArgs& a) {
   namespace fs = std::filesystem;
   const std::string dir = TuningCache::directory();
   std::vector<std::string> files;
+  if (a.file.empty() && a.action != "path") require_cache_directory();
   if (!a.file.empty()) files = {a.file};
   else if (fs::is_directory(dir))
     for (const auto& e : fs::directory_iterator(dir))
@@ -208,10 +226,10 @@ void register_tune(CLI::App& app) {
   cmd->add_option("--finalist-settle-ms", a->finalist_settle_ms,
                   "Milliseconds a finalist replays untimed at the start of each turn, so that the clock settles to its "
                   "own power draw")
-      ->check(CLI::Range(0.0, 10000.0));
+      ->check(FiniteRange(0.0, 10000.0));
   cmd->add_option("--margin", a->margin, "Keep the heuristic's tactic unless a candidate is faster by more than this fraction")
-      ->check(CLI::Range(0.0, 0.5));
-  cmd->add_option("--seed", a->seed, "Seed of the synthetic weights and batches");
+      ->check(FiniteRange(0.0, 0.5));
+  cmd->add_option("--seed", a->seed, "Seed of the synthetic weights and batches")->check(WholeNumber<uint64_t>());
   cmd->add_option("--json", a->json, "Also write every timed and rejected tactic as JSON");
   cmd->callback([a] { run_tune(*a); });
 

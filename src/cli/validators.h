@@ -1,10 +1,13 @@
 // CLI11 checks with one-line messages of our own where CLI11's read badly: its
 // NonNegativeNumber prints the range's upper end as a 300-digit double and, being a range
-// comparison, lets NaN through.
+// comparison, lets NaN through; its integer conversions wrap a negative unsigned and saturate.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cmath>
+#include <limits>
+#include <sstream>
 #include <string>
 
 namespace fp4moe::cli {
@@ -25,5 +28,65 @@ inline const CLI::Validator FiniteNonNegative(
       return std::isfinite(v) && v >= 0 ? std::string{} : "'" + text + "' is not a finite number >= 0";
     },
     "FINITE >= 0");
+
+inline std::string number_text(double v) {
+  std::ostringstream o;
+  o << v;  // 60000, 0.5: not to_string's 60000.000000
+  return o.str();
+}
+
+// A finite number in [lo, hi] (a duration, a margin): CLI::Range compares, and NaN compares false
+// both ways, so it passes there.
+inline CLI::Validator FiniteRange(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        const std::string bad = "'" + text + "' is not a finite number in [" + number_text(lo) + ", " +
+                                number_text(hi) + "]";
+        try {
+          size_t pos = 0;
+          const double v = std::stod(text, &pos);
+          if (pos != text.size()) return "'" + text + "' is not a number";
+          return std::isfinite(v) && v >= lo && v <= hi ? std::string{} : bad;
+        } catch (const std::out_of_range&) {
+          return bad;
+        } catch (const std::exception&) {
+          return "'" + text + "' is not a number";
+        }
+      },
+      "FINITE in [" + number_text(lo) + ", " + number_text(hi) + "]");
+}
+
+// A decimal integer that T holds exactly: CLI11 reads "-1" into an unsigned seed as 2^64 - 1 and
+// saturates a 30-digit width to INT64_MAX, which the later range message then quotes instead of
+// what was typed.
+template <typename T>
+inline CLI::Validator WholeNumber() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        T v{};
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (ec == std::errc() && ptr == end && !text.empty()) return {};
+        return "'" + text + "' is not an integer in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
+               std::to_string(std::numeric_limits<T>::max()) + "]";
+      },
+      "INTEGER");
+}
+
+// An integer in [lo, hi] that is a multiple of `step` (`why` names the step: a K that the
+// block scales must tile).
+inline CLI::Validator MultipleOf(int64_t lo, int64_t hi, int64_t step, const std::string& why) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        int64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (ec != std::errc() || ptr != end || text.empty() || v < lo || v > hi)
+          return "'" + text + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+        if (v % step != 0) return text + " is not a multiple of " + why + " " + std::to_string(step);
+        return {};
+      },
+      "MULTIPLE OF " + std::to_string(step));
+}
 
 }  // namespace fp4moe::cli

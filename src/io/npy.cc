@@ -67,7 +67,7 @@ int NpyArray::item_size() const {
   return size;
 }
 
-NpyArray read_npy(const std::string& path) {
+NpyArray read_npy(const std::string& path, const std::function<void(const NpyArray&)>& check_header) {
   if (std::filesystem::exists(path)) require_regular_file(path);  // a FIFO would block the open
   std::ifstream f(path, std::ios::binary);
   FP4MOE_CHECK(f.good(), path, ": cannot open");
@@ -137,6 +137,7 @@ NpyArray read_npy(const std::string& path) {
     FP4MOE_FAIL(path, ": shape ", npy_shape_string(a.shape), ": ", e.what());
   }
   FP4MOE_CHECK(nbytes >= 0 && nbytes < (int64_t{1} << 40), path, ": implausible .npy size");
+  if (check_header) check_header(a);
   // The shape's bytes must be in the file before they are allocated.
   const std::streampos data_begin = f.tellg();
   f.seekg(0, std::ios::end);

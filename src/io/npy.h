@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,10 @@ struct NpyArray {
 };
 
 // Throws fp4moe::Error naming the file and what is wrong (bad magic, unsupported dtype,
-// Fortran order, truncated data).
-NpyArray read_npy(const std::string& path);
+// Fortran order, truncated data). `check_header`, where given, sees the array's dtype and shape
+// (its bytes still empty) before any data is read: a caller's shape or memory check then
+// refuses a file before a large read, not after it.
+NpyArray read_npy(const std::string& path, const std::function<void(const NpyArray&)>& check_header = {});
 // A shape as numpy writes it: (2, 100), (7,), ().
 std::string npy_shape_string(const std::vector<int64_t>& shape);
 void write_npy(const std::string& path, const NpyArray& a);

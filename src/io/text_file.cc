@@ -1,6 +1,7 @@
 #include "io/text_file.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -28,6 +29,22 @@ std::optional<std::string> read_text_file(const std::string& path) {
   ss << f.rdbuf();
   FP4MOE_CHECK(!f.bad(), path, ": read failed");
   return ss.str();
+}
+
+void require_writable_path(const std::string& path, const std::string& option) {
+  if (path.empty()) return;
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0) {
+    FP4MOE_CHECK(!S_ISDIR(st.st_mode), option, ": ", path, " is a directory");
+    FP4MOE_CHECK(::access(path.c_str(), W_OK) == 0, option, ": ", path, " is not writable (", std::strerror(errno), ")");
+    return;
+  }
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  FP4MOE_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), option, ": ", path, ": the directory ", dir,
+               " does not exist");
+  FP4MOE_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, option, ": ", path, ": the directory ", dir,
+               " is not writable (", std::strerror(errno), ")");
 }
 
 void close_checked(std::ofstream& f, const std::string& path) {

@@ -23,6 +23,11 @@ std::optional<std::string> read_text_file(const std::string& path);
 // Writes `text` to `path` (replacing it); throws where the open, the write or the close fails.
 void write_text_file(const std::string& path, const std::string& text);
 
+// Throws "<option>: <path>: ..." unless a file can be written at `path` (its directory exists
+// and is writable; the path, where it exists, is no directory and is writable), so that an output
+// a run cannot write is refused before the run, not after it. An empty path passes.
+void require_writable_path(const std::string& path, const std::string& option);
+
 // Closes `f` and throws "<path>: write failed (<reason>)" where any write to it failed.
 void close_checked(std::ofstream& f, const std::string& path);
 
