@@ -110,6 +110,17 @@ with tempfile.TemporaryDirectory() as d:
                        env=dict(os.environ, FP4MOE_CACHE_DIR=cache_file))
     expect_one_line_error(p, "is not a directory")
     check(p.returncode != 0, "cache list with the cache directory a file: rc 0")
+    # Text from a file is printed with its control bytes escaped (no terminal escape, no broken line).
+    ck = os.path.join(d, "ck")
+    run("synth", ck, "--hidden", "256", "--intermediate", "256", "--experts", "8", "--top-k", "2")
+    import json
+    with open(os.path.join(ck, "config.json")) as f:
+        conf = json.load(f)
+    conf["model_type"] = "glm\u001b[2J\nx"
+    with open(os.path.join(ck, "config.json"), "w") as f:
+        json.dump(conf, f)
+    p = run("inspect", ck)
+    check("glm\\x1b[2J\\x0ax" in p.stdout and "\x1b" not in p.stdout, f"inspect printed {p.stdout[:300]!r}")
     np.save(os.path.join(d, "narrow.npy"), w[:2, :40])
     expect_one_line_error(
         run("run", "--input", os.path.join(d, "narrow.npy"), expect_rc=1),

@@ -11,6 +11,7 @@
 
 #include "bench/roofline.h"
 #include "cli/commands.h"
+#include "cli/printable.h"
 #include "cli/shape_options.h"
 #include "cli/validators.h"
 #include "common/host_memory.h"
@@ -133,8 +134,8 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
   if (!a.fc2.empty()) o.fc2 = parse_tactic(a.fc2);
   const bool tty = isatty(fileno(stderr));
   o.progress = [tty](const std::string& s) {
-    if (tty) std::fprintf(stderr, "\r\033[K%s", s.c_str());
-    else std::fprintf(stderr, "%s\n", s.c_str());
+    if (tty) std::fprintf(stderr, "\r\033[K%s", printable(s).c_str());  // (it carries the cache's warnings)
+    else std::fprintf(stderr, "%s\n", printable(s).c_str());
   };
   const BenchReport r = run_bench(o);
   if (tty) std::fprintf(stderr, "\r\033[K");

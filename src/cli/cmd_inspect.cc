@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/printable.h"
 #include "fp4moe/error.h"
 #include "io/checkpoint.h"
 #include "io/modelopt.h"
@@ -35,7 +36,7 @@ void run_inspect(const InspectArgs& a) {
     } else {
       std::string shape;
       for (size_t i = 0; i < v.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(v.shape[i]);
-      std::printf("%-64s %-8s [%s] %zu B\n", v.name.c_str(), to_string(v.dtype), shape.c_str(), v.bytes.size());
+      std::printf("%-64s %-8s [%s] %zu B\n", printable(v.name).c_str(), to_string(v.dtype), shape.c_str(), v.bytes.size());
     }
   };
   if (std::filesystem::is_directory(a.path)) {
@@ -44,11 +45,12 @@ void run_inspect(const InspectArgs& a) {
       try {
         const ModelInfo info = read_model_info(c);
         std::printf("%s: %s, %s, %d layers (MoE from %d): H %lld, I %lld, E %d, top-%d\n", a.path.c_str(),
-                    info.model_type.c_str(), info.quant_algo.c_str(), info.num_layers, info.first_moe_layer,
+                    printable(info.model_type).c_str(), printable(info.quant_algo).c_str(), info.num_layers,
+                    info.first_moe_layer,
                     static_cast<long long>(info.moe.hidden), static_cast<long long>(info.moe.intermediate),
                     info.moe.num_experts, info.moe.routing.top_k);
       } catch (const Error& e) {
-        std::printf("%s: not a ModelOpt NVFP4 MoE checkpoint (%s)\n", a.path.c_str(), e.what());
+        std::printf("%s: not a ModelOpt NVFP4 MoE checkpoint (%s)\n", a.path.c_str(), printable(e.what()).c_str());
       }
     }
     for (const std::string& n : c.tensor_names()) add(c.tensor(n));

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/printable.h"
 #include "bench/roofline.h"
 #include "cli/shape_options.h"
 #include "cli/validators.h"
@@ -83,7 +84,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 void print_config(const MoeConfig& cfg) {
   std::printf("layer %s: H %lld, I %lld, E %d, top-%d %s (n_group %d, topk_group %d, scale %.2f)"
               ", shared expert I %lld\n",
-              cfg.name.c_str(), static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.intermediate),
+              printable(cfg.name).c_str(), static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.intermediate),
               cfg.num_experts, cfg.routing.top_k, to_string(cfg.routing.mode), cfg.routing.n_group,
               cfg.routing.topk_group, cfg.routing.routed_scaling_factor,
               static_cast<long long>(cfg.shared_intermediate));
@@ -129,7 +130,8 @@ void run_layer(const RunArgs& a) {
     const ModelInfo info = read_model_info(ckpt);
     w = load_moe_layer(ckpt, info, a.layer);
     std::printf("checkpoint %s (%s, %s): layer %d of %d loaded in %.2f s\n", a.checkpoint.c_str(),
-                info.model_type.c_str(), info.quant_algo.c_str(), a.layer, info.num_layers, seconds_since(t0));
+                printable(info.model_type).c_str(), printable(info.quant_algo).c_str(), a.layer, info.num_layers,
+                seconds_since(t0));
   } else {
     const MoeConfig shape = a.shape.resolve();
     // Before anything is generated (with --input, its own check follows once its T is known).

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/printable.h"
 #include "cli/shape_options.h"
 #include "cli/validators.h"
 #include "fp4moe/error.h"
@@ -179,7 +180,7 @@ void run_cache(const CacheArgs& a) {
       std::vector<std::string> w;
       const TuningCache c = TuningCache::load(f, &w);
       std::printf("%s: %zu entries%s\n", f.c_str(), c.entries().size(), w.empty() ? "" : " (see warnings)");
-      for (const auto& x : w) std::printf("  warning: %s\n", x.c_str());
+      for (const auto& x : w) std::printf("  warning: %s\n", printable(x).c_str());
     }
     return;
   }
@@ -188,10 +189,11 @@ void run_cache(const CacheArgs& a) {
       std::vector<std::string> w;
       const TuningCache c = TuningCache::load(f, &w);
       std::printf("%s\n", f.c_str());
-      for (const auto& x : w) std::printf("  warning: %s\n", x.c_str());
+      for (const auto& x : w) std::printf("  warning: %s\n", printable(x).c_str());
       for (const CacheEntry& e : c.entries())
         std::printf("  %s sm_%d driver %d lib %s | %s T=%-6lld | %s %.1f us | runner-up %s %.1f us\n",
-                    e.id.gpu.c_str(), e.id.sm, e.id.driver, e.id.library.c_str(), describe(e.gemm).c_str(),
+                    printable(e.id.gpu).c_str(), e.id.sm, e.id.driver, printable(e.id.library).c_str(),
+                    describe(e.gemm).c_str(),
                     static_cast<long long>(e.bucket),
                     format_tactic(e.winner).c_str(), e.time_us,
                     e.runner_up ? format_tactic(*e.runner_up).c_str() : "-", e.runner_up_us);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/printable.h"
 #include "fp4moe/error.h"
 #include "fp4moe/version.h"
 
@@ -12,20 +13,7 @@ namespace {
 
 // The message on one line whatever it quotes: a name read from a file ("F32\nBAD" as a dtype)
 // must not break the one-line error into two.
-std::string one_line(const char* message) {
-  std::string s;
-  for (const char* p = message; *p; ++p) {
-    const unsigned char c = static_cast<unsigned char>(*p);
-    if (c >= 0x20 && c != 0x7F) {
-      s += *p;
-    } else {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\x%02x", c);
-      s += esc;
-    }
-  }
-  return s;
-}
+std::string one_line(const char* message) { return fp4moe::cli::printable(message); }
 
 }  // namespace
 
