@@ -97,6 +97,10 @@ with tempfile.TemporaryDirectory() as d:
     np.save(os.path.join(d, "vec.npy"), w[0])
     expect_one_line_error(
         run("quantize", os.path.join(d, "vec.npy"), os.path.join(d, "o"), expect_rc=1), "2-D")
+    expect_one_line_error(
+        run("quantize", os.path.join(d, "w.npy"), "/nonexistent/dir/wq", expect_rc=1), "does not exist")
+    p = run("run", "--preset", "glm5-tp8", "--tokens", "1", "--seed", "010", "--device", "cpu")
+    check("seed 10)" in p.stdout, f"--seed 010 is ten, not octal 8: {p.stdout}")
     np.save(os.path.join(d, "empty.npy"), w[:0, :])
     expect_one_line_error(
         run("quantize", os.path.join(d, "empty.npy"), os.path.join(d, "o"), expect_rc=1), "is empty")

@@ -10,6 +10,7 @@
 #include "fp4moe/format.h"
 #include "io/npy.h"
 #include "io/safetensors.h"
+#include "io/text_file.h"
 
 namespace fp4moe::cli {
 namespace {
@@ -29,6 +30,8 @@ std::vector<uint8_t> float_bytes(float f) {
 }
 
 void run_quantize(const QuantizeArgs& a) {
+  // Where the result goes, checked before the work (the .npy form writes OUT.<tensor>.npy).
+  require_writable_path(ends_with(a.output, ".safetensors") ? a.output : a.output + ".weight.npy", "output");
   const int64_t block = a.format == "nvfp4" ? kNvfp4BlockSize : kMxfp4BlockSize;
   const NpyArray in = read_npy(a.input, [&](const NpyArray& head) {  // before its data is read
     FP4MOE_CHECK(head.shape.size() == 2, a.input, ": expected a 2-D matrix [N, K], got ", head.shape.size(),

@@ -249,7 +249,7 @@ void register_run(CLI::App& app) {
   args->shape.add_to(cmd);
   cmd->add_option("--tokens,-t", args->tokens, "Tokens in the batch")
       ->check(CLI::Range(int64_t{1}, kMaxTokens));
-  cmd->add_option("--seed", args->seed, "Seed of the synthetic weights and inputs")->check(WholeNumber<uint64_t>());
+  cmd->add_option("--seed", args->seed, "Seed of the synthetic weights and inputs")->transform(WholeNumber<uint64_t>());
   cmd->add_option("--threads", args->threads, "CPU threads (0: all)")->check(CLI::Range(0, 4096));
   cmd->add_option("--skew", args->skew, "Routing skew: >0 favours a few experts")->check(FiniteNonNegative);
   cmd->add_option("--device", args->device, "auto (GPU if present), gpu, or cpu (the float64 reference)")

@@ -131,7 +131,7 @@ void run_tune(const TuneArgs& a) {
     for (const auto& x : r.rejected)
       std::printf("    rejected %-35s %s\n", format_tactic(x.tactic).c_str(), x.reason.c_str());
   }
-  for (const auto& w2 : warnings) std::printf("warning: %s\n", w2.c_str());
+  for (const auto& w2 : warnings) std::printf("warning: %s\n", printable(w2).c_str());  // text from the cache file
   std::printf("wrote %s\n", path.c_str());
   if (!a.json.empty()) {
     nlohmann::json j = {{"gpu", id.gpu}, {"seconds", secs}, {"results", nlohmann::json::array()}};
@@ -231,7 +231,7 @@ void register_tune(CLI::App& app) {
       ->check(FiniteRange(0.0, 10000.0));
   cmd->add_option("--margin", a->margin, "Keep the heuristic's tactic unless a candidate is faster by more than this fraction")
       ->check(FiniteRange(0.0, 0.5));
-  cmd->add_option("--seed", a->seed, "Seed of the synthetic weights and batches")->check(WholeNumber<uint64_t>());
+  cmd->add_option("--seed", a->seed, "Seed of the synthetic weights and batches")->transform(WholeNumber<uint64_t>());
   cmd->add_option("--json", a->json, "Also write every timed and rejected tactic as JSON");
   cmd->callback([a] { run_tune(*a); });
 

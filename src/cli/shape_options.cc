@@ -12,15 +12,15 @@ void ShapeArgs::add_to(CLI::App* cmd) {
   cmd->add_option("--preset", preset, "Layer shape preset: glm5, glm5-tp8, deepseek-v3")
       ->check(CLI::IsMember(MoeConfig::preset_names()));
   // Whole numbers only, as typed: the config's own checks then name the field and its bound.
-  cmd->add_option("--hidden", hidden, "Override H (model width)")->check(WholeNumber<int64_t>());
-  cmd->add_option("--intermediate", intermediate, "Override I (expert width)")->check(WholeNumber<int64_t>());
+  cmd->add_option("--hidden", hidden, "Override H (model width)")->transform(WholeNumber<int64_t>());
+  cmd->add_option("--intermediate", intermediate, "Override I (expert width)")->transform(WholeNumber<int64_t>());
   cmd->add_option("--shared-intermediate", shared_intermediate,
                   "Override the shared expert's width (0: none)")
-      ->check(WholeNumber<int64_t>());
-  cmd->add_option("--experts", experts, "Override E (routed experts)")->check(WholeNumber<int>());
-  cmd->add_option("--top-k", top_k, "Override k (experts per token)")->check(WholeNumber<int>());
-  cmd->add_option("--n-group", n_group, "Override n_group (noaux_tc groups)")->check(WholeNumber<int>());
-  cmd->add_option("--topk-group", topk_group, "Override topk_group")->check(WholeNumber<int>());
+      ->transform(WholeNumber<int64_t>());
+  cmd->add_option("--experts", experts, "Override E (routed experts)")->transform(WholeNumber<int>());
+  cmd->add_option("--top-k", top_k, "Override k (experts per token)")->transform(WholeNumber<int>());
+  cmd->add_option("--n-group", n_group, "Override n_group (noaux_tc groups)")->transform(WholeNumber<int>());
+  cmd->add_option("--topk-group", topk_group, "Override topk_group")->transform(WholeNumber<int>());
   cmd->add_option("--routing", routing, "Override the routing: softmax or sigmoid (noaux_tc)")
       ->check(CLI::IsMember({"softmax", "sigmoid"}));
 }

@@ -5,27 +5,32 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 
 namespace fp4moe::cli {
 
+// The number `text` spells in full, or nullopt. strtod, not stod: a value that underflows to a
+// subnormal or zero is a number (stod throws on it); one that overflows comes back infinite.
+inline std::optional<double> number_of(const std::string& text) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size()) return std::nullopt;
+  return v;
+}
+
 // A finite number >= 0 (a skew, a duration).
 inline const CLI::Validator FiniteNonNegative(
     [](std::string& text) -> std::string {
-      double v = 0;
-      try {
-        size_t pos = 0;
-        v = std::stod(text, &pos);
-        if (pos != text.size()) return "'" + text + "' is not a number";
-      } catch (const std::out_of_range&) {
-        return "'" + text + "' is not a finite number >= 0";
-      } catch (const std::exception&) {
-        return "'" + text + "' is not a number";
-      }
-      return std::isfinite(v) && v >= 0 ? std::string{} : "'" + text + "' is not a finite number >= 0";
+      const std::optional<double> v = number_of(text);
+      if (!v) return "'" + text + "' is not a number";
+      return std::isfinite(*v) && *v >= 0 ? std::string{} : "'" + text + "' is not a finite number >= 0";
     },
     "FINITE >= 0");
 
@@ -40,25 +45,19 @@ inline std::string number_text(double v) {
 inline CLI::Validator FiniteRange(double lo, double hi) {
   return CLI::Validator(
       [lo, hi](std::string& text) -> std::string {
-        const std::string bad = "'" + text + "' is not a finite number in [" + number_text(lo) + ", " +
-                                number_text(hi) + "]";
-        try {
-          size_t pos = 0;
-          const double v = std::stod(text, &pos);
-          if (pos != text.size()) return "'" + text + "' is not a number";
-          return std::isfinite(v) && v >= lo && v <= hi ? std::string{} : bad;
-        } catch (const std::out_of_range&) {
-          return bad;
-        } catch (const std::exception&) {
-          return "'" + text + "' is not a number";
-        }
+        const std::optional<double> v = number_of(text);
+        if (!v) return "'" + text + "' is not a number";
+        return std::isfinite(*v) && *v >= lo && *v <= hi ? std::string{}
+                                                         : "'" + text + "' is not a finite number in [" +
+                                                               number_text(lo) + ", " + number_text(hi) + "]";
       },
       "FINITE in [" + number_text(lo) + ", " + number_text(hi) + "]");
 }
 
 // A decimal integer that T holds exactly: CLI11 reads "-1" into an unsigned seed as 2^64 - 1 and
 // saturates a 30-digit width to INT64_MAX, which the later range message then quotes instead of
-// what was typed.
+// what was typed. Given with ->transform (not ->check, whose validators see a copy): it rewrites
+// the text in plain decimal, which CLI11's base-0 conversion cannot read as octal.
 template <typename T>
 inline CLI::Validator WholeNumber() {
   return CLI::Validator(
@@ -66,7 +65,10 @@ inline CLI::Validator WholeNumber() {
         T v{};
         const char* end = text.data() + text.size();
         const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-        if (ec == std::errc() && ptr == end && !text.empty()) return {};
+        if (ec == std::errc() && ptr == end && !text.empty()) {
+          text = std::to_string(v);  // CLI11 converts in base 0: "010" would be read as octal 8
+          return {};
+        }
         return "'" + text + "' is not an integer in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
                std::to_string(std::numeric_limits<T>::max()) + "]";
       },
@@ -84,6 +86,7 @@ inline CLI::Validator MultipleOf(int64_t lo, int64_t hi, int64_t step, const std
         if (ec != std::errc() || ptr != end || text.empty() || v < lo || v > hi)
           return "'" + text + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
         if (v % step != 0) return text + " is not a multiple of " + why + " " + std::to_string(step);
+        text = std::to_string(v);  // decimal, as typed (CLI11 would read a leading 0 as octal)
         return {};
       },
       "MULTIPLE OF " + std::to_string(step));

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
-#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -48,8 +47,8 @@ void parallel_for(int64_t n, int threads, Fn&& fn) {
     if (b >= e) break;
     try {
       pool.emplace_back(work, b, e);
-    } catch (const std::system_error&) {
-      work(b, n);  // this chunk and every later one, here
+    } catch (...) {  // std::system_error, or std::bad_alloc for the thread's state
+      work(b, n);    // this chunk and every later one, here
       break;
     }
   }

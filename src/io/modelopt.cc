@@ -197,7 +197,10 @@ ModelInfo read_model_info(const Checkpoint& ckpt) {
   m.routing.top_k = field<int>(c, "num_experts_per_tok", cfg_label);
   const int n_shared = field_or<int>(c, "n_shared_experts", 0, cfg_label);
   FP4MOE_CHECK(n_shared >= 0, cfg_label, ": n_shared_experts = ", n_shared, " is negative");
-  m.shared_intermediate = checked_size(n_shared, m.intermediate, cfg_label.c_str());
+  // (0 shared experts: 0, whatever the width, which validate() then checks with its own message.)
+  m.shared_intermediate = n_shared == 0 ? 0
+                                        : checked_size(n_shared, m.intermediate,
+                                                       (cfg_label + ": n_shared_experts x moe_intermediate_size").c_str());
   const std::string scoring = field_or<std::string>(c, "scoring_func", "softmax", cfg_label);
   const std::string topk_method = field_or<std::string>(c, "topk_method", "", cfg_label);
   if (scoring == "sigmoid") {

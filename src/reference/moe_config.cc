@@ -38,7 +38,8 @@ void MoeConfig::validate() const {
                                  std::pair{"shared expert intermediate size", shared_intermediate}})
     FP4MOE_CHECK(v <= kMaxWidth, "MoE config '", name, "': ", field, " ", v, " exceeds 2^20 = ", kMaxWidth);
   const std::string what = "MoE config '" + name + "': the layer's weight count";
-  checked_size(checked_size(3 * hidden, intermediate, what.c_str()), int64_t{num_experts} + 1, what.c_str());
+  checked_size(checked_size(3 * hidden, std::max(intermediate, shared_intermediate), what.c_str()),
+               int64_t{num_experts} + 1, what.c_str());
   const RoutingConfig& r = routing;
   FP4MOE_CHECK(r.top_k > 0 && r.top_k <= num_experts, "MoE config '", name, "': top_k = ",
                r.top_k, " must be in [1, num_experts = ", num_experts, "]");
