@@ -75,6 +75,9 @@ class TuningCache {
 
   // Loads `path`; problems go to `warnings` (one line each) and the bad parts are skipped.
   static TuningCache load(const std::string& path, std::vector<std::string>* warnings = nullptr);
+  // The same from a file's text (`label` names it in the warnings): never throws on any text.
+  static TuningCache from_text(const std::string& text, const std::string& label,
+                               std::vector<std::string>* warnings = nullptr);
 
   // Entries for this identity only; nullopt when none.
   std::optional<CacheEntry> find(const CacheIdentity& id, const GemmKey& g, int64_t bucket) const;

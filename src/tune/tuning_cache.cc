@@ -223,6 +223,14 @@ TuningCache TuningCache::load(const std::string& path, std::vector<std::string>*
   return c;
 }
 
+TuningCache TuningCache::from_text(const std::string& text, const std::string& label,
+                                   std::vector<std::string>* warnings) {
+  TuningCache c;
+  c.path_ = label;
+  c.entries_ = parse(text, label, warnings);
+  return c;
+}
+
 std::optional<CacheEntry> TuningCache::find(const CacheIdentity& id, const GemmKey& g, int64_t bucket) const {
   for (const auto& e : entries_)
     if (e.id == id && e.gemm == g && e.bucket == bucket) return e;

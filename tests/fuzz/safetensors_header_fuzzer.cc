@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& n : f.names()) {
       const auto& t = f.tensor(n);
       volatile uint8_t sink = 0;
-      for (uint8_t b : t.bytes) sink ^= b;  // every view must lie inside the image
+      for (uint8_t b : t.bytes) sink = sink ^ b;  // every view must lie inside the image
     }
   } catch (const fp4moe::Error&) {
   }
