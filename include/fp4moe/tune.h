@@ -18,7 +18,7 @@
 namespace fp4moe {
 
 struct TuneOptions {
-  std::vector<int64_t> buckets;  // default: token_buckets() up to 16384
+  std::vector<int64_t> buckets;  // default: token_buckets() up to 16384; others map to nearest_bucket()
   int warmup = 2;
   int iters = 15;
   uint64_t seed = 1;

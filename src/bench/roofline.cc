@@ -29,7 +29,8 @@ LayerCost layer_cost(const MoeConfig& cfg, int64_t tokens, int active_experts) {
 }
 
 int count_active_experts(const std::vector<int32_t>& ids, int num_experts) {
-  std::vector<bool> seen(num_experts, false);
+  FP4MOE_CHECK(num_experts >= 1, "count_active_experts: ", num_experts, " experts");
+  std::vector<bool> seen(static_cast<size_t>(num_experts), false);
   int n = 0;
   for (int32_t e : ids) {
     FP4MOE_CHECK(e >= 0 && e < num_experts, "count_active_experts: id ", e, " out of range");

@@ -80,6 +80,7 @@ Nvfp4Matrix slice_cols(const Nvfp4Matrix& m, IndexRange c) {
 }
 
 MoeConfig shard_config(const MoeConfig& cfg, const Shard& s) {
+  cfg.validate();  // (a negative width would divide into another negative one)
   validate_shard(cfg, s);
   MoeConfig c = cfg;
   if (s.mode == ShardMode::kTensor) {

@@ -1,6 +1,7 @@
 // The known-GPU table (REFERENCE.md section 4; datasheet figures, dense tensor peaks).
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 
 #include "fp4moe/error.h"
 #include "fp4moe/hw.h"
@@ -77,11 +78,12 @@ GpuSpec resolve_gpu(const std::string& name) {
     if (name.size() > 7) {
       FP4MOE_CHECK(name[7] == ':' && name.size() > 8, "--gpu '", name,
                    "': expected 'current' or 'current:N'");
-      try {
-        index = std::stoi(name.substr(8));
-      } catch (...) {
-        FP4MOE_FAIL("--gpu '", name, "': device index is not a number");
-      }
+      // The whole rest, in decimal: stoi took "1abc" as 1 and " 1" too.
+      const char* first = name.data() + 8;
+      const char* last = name.data() + name.size();
+      const auto [ptr, ec] = std::from_chars(first, last, index);
+      FP4MOE_CHECK(ec != std::errc::result_out_of_range, "--gpu '", name, "': device index out of range");
+      FP4MOE_CHECK(ec == std::errc() && ptr == last, "--gpu '", name, "': device index is not a number");
     }
     const CudaEnvironment env = query_cuda_environment();
     FP4MOE_CHECK(!env.devices.empty(), "--gpu current: no GPU is usable here (", env.error, ")");

@@ -78,7 +78,16 @@ double prefill_min_tokens(const MoeConfig& cfg) {
   return narrow_experts(cfg) ? kPrefillMinTokensNarrow : kPrefillMinTokens;
 }
 
+namespace {
+// What every heuristic entry point checks first (the means below divide by E).
+void check_plan_input(const MoeConfig& cfg, int64_t tokens, const char* what) {
+  cfg.validate();
+  FP4MOE_CHECK(tokens >= 1, what, ": token count must be >= 1, got ", tokens);
+}
+}  // namespace
+
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens) {
+  check_plan_input(cfg, tokens, "heuristic token tile");
   const double mean = static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
   if (mean <= kDecodeN8MaxMean) return 8;
   if (mean <= kDecodeN16MaxMean) return 16;
@@ -86,6 +95,7 @@ int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens) {
 }
 
 Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epilogue ep) {
+  check_plan_input(cfg, tokens, "heuristic tactic");
   const ModelOptions mo = gemm_model_options(cfg, tokens, ep);
   const auto fits = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).fits; };
   const double mean = static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
@@ -145,8 +155,7 @@ Tactic fused_tactic(int64_t tokens, Epilogue ep) {
 }
 
 LayerPlan heuristic_plan(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu) {
-  cfg.validate();
-  FP4MOE_CHECK(tokens >= 1, "heuristic plan: token count must be >= 1, got ", tokens);
+  check_plan_input(cfg, tokens, "heuristic plan");
   const auto fits_both = [&](const LayerPlan& p) {
     for (const Tactic& t : {p.fc1, p.fc2})
       if (!model_resources(t, gpu, DataType::kNvfp4, gemm_model_options(cfg, tokens, t.epilogue)).fits) return false;

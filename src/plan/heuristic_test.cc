@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 
+#include "fp4moe/error.h"
 #include "fp4moe/resource_model.h"
 
 namespace fp4moe {
@@ -27,6 +29,24 @@ TEST(Heuristic, TokenTileFollowsTheMeanTokensPerExpert) {
   EXPECT_EQ(heuristic_token_tile(glm5, 1024), 16);  // mean 32
   EXPECT_EQ(heuristic_token_tile(glm5, 1025), 64);
   EXPECT_EQ(heuristic_token_tile(glm5, 65536), 64);
+}
+
+// Every entry point checks its config and token count first (each divides by E).
+TEST(Heuristic, EveryEntryPointRejectsBadInput) {
+  const GpuSpec h200 = resolve_gpu("h200");
+  MoeConfig none;  // 0 experts
+  EXPECT_THROW(heuristic_token_tile(none, 1), Error);
+  EXPECT_THROW(heuristic_tactic(none, 1, h200, Epilogue::kSwiglu), Error);
+  const MoeConfig glm5 = MoeConfig::glm5();
+  for (const int64_t t : {int64_t{0}, int64_t{-1}, INT64_MIN}) {
+    EXPECT_THROW(heuristic_token_tile(glm5, t), Error) << t;
+    EXPECT_THROW(heuristic_tactic(glm5, t, h200, Epilogue::kSwiglu), Error) << t;
+    EXPECT_THROW(heuristic_plan(glm5, t, h200), Error) << t;
+  }
+  MoeConfig many = MoeConfig::glm5();
+  many.num_experts = INT32_MAX;  // E + 1 would overflow where the scheduler state is sized
+  many.routing.top_k = 1;
+  EXPECT_THROW(heuristic_plan(many, 1, h200), Error);
 }
 
 TEST(Heuristic, PlansOnTheH200) {

@@ -126,8 +126,10 @@ ResourceReport model_w4a16_wgmma(const Tactic& t, const GpuSpec& gpu, DataType d
   r.fits = r.stages >= 2 && r.total_bytes <= r.limit_bytes;
   std::ostringstream why;
   why << r.stages << " x " << r.stage_bytes << " (stage) + " << r.kernel_bytes << " (alignment, barriers, scheduler) + "
-      << r.epilogue_bytes << " (epilogue) = " << r.total_bytes << (r.fits ? " <= " : " > ") << r.limit_bytes
-      << (r.fits ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B");
+      << r.epilogue_bytes << " (epilogue) = " << r.total_bytes << (r.total_bytes <= r.limit_bytes ? " <= " : " > ")
+      << r.limit_bytes
+      << (r.total_bytes <= r.limit_bytes ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B")
+      << (r.stages < 2 ? "; but the pipeline needs at least 2 stages" : "");
   r.reason = why.str();
   r.ctas_per_sm = ctas_per_sm(r, gpu);
   return r;
@@ -246,8 +248,10 @@ ResourceReport model_w4a16_fused(const Tactic& t, const GpuSpec& gpu, DataType d
     why << "a batch of " << o.tokens << " tokens; the family takes 1.." << kernels::kFusedTokens;
   } else {
     why << r.stages << " x " << r.stage_bytes << " (stage) + " << r.kernel_bytes
-        << " (barriers, item ring, routing) = " << r.total_bytes << (r.fits ? " <= " : " > ") << r.limit_bytes
-        << (r.fits ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B");
+        << " (barriers, item ring, routing) = " << r.total_bytes << (r.total_bytes <= r.limit_bytes ? " <= " : " > ")
+        << r.limit_bytes
+        << (r.total_bytes <= r.limit_bytes ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B")
+        << (r.stages < 2 ? "; but the pipeline needs at least 2 stages" : "");
   }
   r.reason = why.str();
   r.ctas_per_sm = ctas_per_sm(r, gpu);
@@ -275,6 +279,18 @@ DataType parse_data_type(const std::string& s) {
 ResourceReport model_resources(const Tactic& t, const GpuSpec& gpu, DataType dtype, const ModelOptions& opt) {
   FP4MOE_CHECK(gpu.smem_per_block_optin > 0, "resource model: GPU '", gpu.name,
                "' has no shared-memory limit");
+  // The same ranges as a parsed tactic, and options no GEMM has outside these: every size the
+  // model forms from them (stage bytes, scheduler state, the batch staged) then fits an int and
+  // is positive - a zero total once divided an SM's shared memory.
+  validate_tactic(t, "resource model: tactic " + format_tactic(t));
+  FP4MOE_CHECK(opt.experts >= 1 && opt.experts <= (1 << 20), "resource model: experts = ", opt.experts,
+               " is outside [1, 2^20]");
+  FP4MOE_CHECK(opt.tokens >= 1 && opt.tokens <= (1 << 24), "resource model: tokens = ", opt.tokens,
+               " is outside [1, 2^24]");
+  FP4MOE_CHECK(opt.k >= 16 && opt.k <= (1 << 20) && opt.k % 16 == 0, "resource model: K = ", opt.k,
+               " is not a multiple of 16 in [16, 2^20]");
+  FP4MOE_CHECK(opt.slots >= 1 && opt.slots <= (1 << 20) + 1, "resource model: slots = ", opt.slots,
+               " is outside [1, 2^20 + 1]");
   switch (t.family) {
     case Family::kW4a16Mma: return model_w4a16(t, gpu, dtype, opt);
     case Family::kCutlassSm120: return model_cutlass_sm120(t, gpu, dtype, opt);

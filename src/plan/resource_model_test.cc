@@ -155,5 +155,41 @@ TEST(ResourceModel, SmallBatchFamilyStagesTheBatch) {
   EXPECT_FALSE(model_resources(fc1, h200, DataType::kNvfp4, wide).fits);
 }
 
+// Tactics and options built in code (not parsed) are checked as a parsed tactic is: a zero or
+// negative size once made the model's total 0 bytes and its CTAs-per-SM a division by zero.
+TEST(ResourceModel, RejectsTacticsAndOptionsOutsideTheirRanges) {
+  const GpuSpec h200 = resolve_gpu("h200");
+  const GpuSpec pro = resolve_gpu("rtx-pro-6000");
+  const Tactic gemv{Family::kW4a16Gemv, 8, 8, 256, 2, 6, 1, Epilogue::kSwiglu, false};
+  ASSERT_NO_THROW(model_resources(gemv, h200, DataType::kNvfp4, {22, 1, 6144, 9}));
+  ModelOptions neg_k{22, 1, -1100, 22};
+  EXPECT_THROW(model_resources(gemv, h200, DataType::kNvfp4, neg_k), Error);
+  for (const ModelOptions& o : {ModelOptions{0, 1, 6144, 9}, ModelOptions{22, 0, 6144, 9},
+                                ModelOptions{22, 1, 24, 9}, ModelOptions{22, 1, 6144, 0},
+                                ModelOptions{(1 << 20) + 1, 1, 6144, 9}})
+    EXPECT_THROW(model_resources(gemv, h200, DataType::kNvfp4, o), Error) << o.experts << " " << o.tokens << " " << o.k;
+  Tactic huge_warps = gemv;
+  huge_warps.warps = 1 << 27;
+  EXPECT_THROW(model_resources(huge_warps, h200, DataType::kNvfp4), Error);
+  Tactic odd_k = gemv;
+  odd_k.tile_k = 24;
+  EXPECT_THROW(model_resources(odd_k, h200, DataType::kNvfp4), Error);
+  EXPECT_THROW(model_resources(cutlass(Family::kCutlassSm120, 0, 0, -1216, Epilogue::kFinalize, false), pro,
+                               DataType::kNvfp4),
+               Error);
+  EXPECT_THROW(model_resources(cutlass(Family::kCutlassSm120, -128, -32, -64, Epilogue::kFinalize, false), pro,
+                               DataType::kNvfp4),
+               Error);
+  // A one-stage pipeline is accepted as a tactic but never fits, and the reason says why.
+  Tactic one_stage = gemv;
+  one_stage.family = Family::kW4a16Fused;
+  one_stage.tile_rows = 128;
+  one_stage.stages = 1;
+  const ResourceReport r = model_resources(one_stage, h200, DataType::kNvfp4, {257, 1, 6144, 9});
+  EXPECT_FALSE(r.fits);
+  EXPECT_NE(r.reason.find("at least 2 stages"), std::string::npos) << r.reason;
+  EXPECT_EQ(r.reason.find("by -"), std::string::npos) << r.reason;
+}
+
 }  // namespace
 }  // namespace fp4moe

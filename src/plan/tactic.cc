@@ -54,6 +54,24 @@ std::string format_tactic(const Tactic& t) {
   return os.str();
 }
 
+void validate_tactic(const Tactic& t, const std::string& what) {
+  FP4MOE_CHECK(static_cast<int>(t.family) >= 0 && static_cast<int>(t.family) <= static_cast<int>(Family::kW4a16Fused),
+               what, ": unknown family");
+  FP4MOE_CHECK(t.tile_rows > 0 && t.tile_tokens > 0 && t.tile_k > 0 && t.stages >= 0 && t.warps >= 0 && t.split_k > 0,
+               what, ": sizes must be positive");
+  // The ranges encode_tactic packs (so that decode_tactic(encode_tactic(t)) == t), K in whole
+  // 16-element blocks, and a warp count for our own families (w0 means "the family's own" only
+  // in the CUTLASS profiles).
+  FP4MOE_CHECK(t.tile_rows < 4096 && t.tile_tokens < 1024 && t.tile_k < 16384 && t.stages < 64 && t.warps < 64 &&
+                   t.split_k < 256,
+               what, ": a field exceeds its range (rows < 4096, tokens < 1024, K < 16384, stages and warps < 64, "
+               "split-K < 256)");
+  FP4MOE_CHECK(t.tile_k % 16 == 0, what, ": K ", t.tile_k, " is not a multiple of the block size 16");
+  const bool cutlass = t.family == Family::kCutlassSm120 || t.family == Family::kCutlassSm100;
+  FP4MOE_CHECK(cutlass || t.warps > 0, what, ": ", to_string(t.family),
+               " needs a warp count (w0 is only for the CUTLASS profiles)");
+}
+
 Tactic parse_tactic(const std::string& text) {
   std::vector<std::string> parts;
   std::string cur;
@@ -94,21 +112,7 @@ Tactic parse_tactic(const std::string& text) {
     FP4MOE_CHECK(parts[6] == "swapab", "tactic '", text, "': unknown suffix '", parts[6], "'");
     t.swap_ab = true;
   }
-  FP4MOE_CHECK(t.tile_rows > 0 && t.tile_tokens > 0 && t.tile_k > 0 && t.stages >= 0 &&
-                   t.warps >= 0 && t.split_k > 0,
-               "tactic '", text, "': sizes must be positive");
-  // The ranges encode_tactic packs (so that decode_tactic(encode_tactic(t)) == t), K in whole
-  // 16-element blocks, and a warp count for our own families (w0 means "the family's own" only
-  // in the CUTLASS profiles).
-  FP4MOE_CHECK(t.tile_rows < 4096 && t.tile_tokens < 1024 && t.tile_k < 16384 && t.stages < 64 &&
-                   t.warps < 64 && t.split_k < 256,
-               "tactic '", text, "': a field exceeds its range (rows < 4096, tokens < 1024, K < 16384, "
-               "stages and warps < 64, split-K < 256)");
-  FP4MOE_CHECK(t.tile_k % 16 == 0, "tactic '", text, "': K ", t.tile_k,
-               " is not a multiple of the block size 16");
-  const bool cutlass = t.family == Family::kCutlassSm120 || t.family == Family::kCutlassSm100;
-  FP4MOE_CHECK(cutlass || t.warps > 0, "tactic '", text, "': ", parts[0], " needs a warp count (w0 is "
-               "only for the CUTLASS profiles)");
+  validate_tactic(t, "tactic '" + text + "'");
   return t;
 }
 

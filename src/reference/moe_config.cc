@@ -30,6 +30,8 @@ void MoeConfig::validate() const {
                " must be 0 or a multiple of 16");
   FP4MOE_CHECK(num_experts > 0, "MoE config '", name, "': number of experts must be > 0, got ",
                num_experts);
+  FP4MOE_CHECK(num_experts <= (1 << 16), "MoE config '", name, "': ", num_experts,
+               " experts exceed 2^16 = 65536 (sizes derived from E + 1 are formed in int)");
   // Bounds far above any model's (GLM-5: H 6144, I 2048), so that the sizes derived from these
   // fields - 2 I rows and H columns as int in the kernels' parameters, E x H router values, the
   // whole layer's weight count - are representable wherever they are formed.

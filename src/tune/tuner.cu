@@ -35,6 +35,7 @@
 #include "fp4moe/resource_model.h"
 #include "fp4moe/synthetic.h"
 #include "fp4moe/tune.h"
+#include "fp4moe/tuning_cache.h"
 #include "kernels/common/cuda_check.h"
 #include "runtime/captured_graph.h"
 #include "runtime/device_buffer.h"
@@ -77,13 +78,27 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
   if (buckets.empty())
     for (int64_t b : token_buckets())
       if (b <= 16384) buckets.push_back(b);
+  // Every option checked before the first candidate is timed (a bad margin found by the ranking
+  // would end a run of minutes; a NaN one would rank wrongly and store it).
   FP4MOE_CHECK(opt.iters >= 1 && opt.warmup >= 0, "tuning: iters must be >= 1");
   FP4MOE_CHECK(opt.finalist_cycles >= 0 && opt.finalist_turn_replays >= 1 && opt.finalist_settle_ms >= 0,
                "tuning: finalist_cycles must be >= 0, finalist_turn_replays >= 1 and finalist_settle_ms >= 0");
   // Without verified rows every candidate would pass its check (and a wrong one be cached).
   FP4MOE_CHECK(opt.verify_tokens >= 1, "tuning: verify_tokens must be >= 1, got ", opt.verify_tokens);
-  for (int64_t b : buckets)
+  FP4MOE_CHECK(std::isfinite(opt.max_rel_error) && opt.max_rel_error > 0, "tuning: max_rel_error must be finite and > 0, got ",
+               opt.max_rel_error);
+  FP4MOE_CHECK(std::isfinite(opt.keep_heuristic_margin) && opt.keep_heuristic_margin >= 0 &&
+                   opt.keep_heuristic_margin < 1,
+               "tuning: keep_heuristic_margin must be in [0, 1), got ", opt.keep_heuristic_margin);
+  FP4MOE_CHECK(std::isfinite(opt.finalist_margin) && opt.finalist_margin >= 0 && opt.max_finalists >= 2,
+               "tuning: finalist_margin must be finite and >= 0 and max_finalists >= 2, got ", opt.finalist_margin,
+               " and ", opt.max_finalists);
+  for (int64_t& b : buckets) {
     FP4MOE_CHECK(b >= 1 && b <= (int64_t{1} << 24), "tuning: bucket ", b, " out of [1, 2^24]");
+    b = nearest_bucket(b);  // what lookups find: a count between buckets would be stored, never read
+  }
+  std::sort(buckets.begin(), buckets.end());
+  buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
   layer.reserve(*std::max_element(buckets.begin(), buckets.end()));
   L2Flusher flusher(gpu.l2_bytes);
   const OwnedStream s;
