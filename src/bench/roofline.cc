@@ -1,6 +1,7 @@
 #include "bench/roofline.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "fp4moe/error.h"
 
@@ -41,7 +42,8 @@ int count_active_experts(const std::vector<int32_t>& ids, int num_experts) {
 }
 
 Roofline roofline(const LayerCost& c, double read_bytes_per_s, double flops_per_s) {
-  FP4MOE_CHECK(read_bytes_per_s > 0 && flops_per_s > 0, "roofline: ceilings must be > 0");
+  FP4MOE_CHECK(std::isfinite(read_bytes_per_s) && std::isfinite(flops_per_s) && read_bytes_per_s > 0 && flops_per_s > 0,
+               "roofline: ceilings must be finite and > 0, got ", read_bytes_per_s, " B/s and ", flops_per_s, " FLOP/s");
   Roofline r;
   r.memory_s = c.bytes / read_bytes_per_s;
   r.compute_s = c.flops / flops_per_s;

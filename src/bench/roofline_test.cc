@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <utility>
+
 #include "fp4moe/error.h"
 
 namespace fp4moe {
@@ -34,6 +37,15 @@ TEST(Roofline, LargeBatchIsComputeBound) {
   EXPECT_NEAR(c.flops, 1.1132e13, 1e10);
   EXPECT_NEAR(r.floor_s * 1e3, 14.09, 0.01);
   EXPECT_GT(r.intensity, r.ridge);
+}
+
+TEST(Roofline, CeilingsMustBeFiniteAndPositive) {
+  const LayerCost c = layer_cost(MoeConfig::glm5(), 1, 8);
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  for (const auto& [bw, fl] : {std::pair{0.0, 790e12}, std::pair{4.5e12, 0.0}, std::pair{inf, 790e12},
+                               std::pair{4.5e12, inf}, std::pair{nan, 790e12}, std::pair{4.5e12, nan}})
+    EXPECT_THROW(roofline(c, bw, fl), Error) << bw << " " << fl;
+  EXPECT_THROW(count_active_experts({0, 1}, 0), Error);
 }
 
 TEST(Roofline, Tp8AndNoSharedExpert) {
