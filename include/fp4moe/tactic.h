@@ -81,9 +81,10 @@ const char* to_string(Epilogue e);
 std::string format_tactic(const Tactic& t);
 // Throws fp4moe::Error naming the bad field on malformed text.
 Tactic parse_tactic(const std::string& text);
-// Throws fp4moe::Error ("<what>: ...") unless every field is in the range a parsed tactic has:
-// sizes positive, within what encode_tactic packs, K a multiple of 16, warps given for our own
-// families. The entry points that take a Tactic built in code (the resource model) check it so.
-void validate_tactic(const Tactic& t, const std::string& what);
+// Why `t` is not a tactic parse_tactic could return (sizes positive, within what encode_tactic
+// packs, K a multiple of 16, warps given for our own families), or empty where it is. The entry
+// points that take a Tactic built in code (the resource model) check it so; the string is built
+// only for a bad tactic, as those run at every plan.
+std::string tactic_range_error(const Tactic& t);
 
 }  // namespace fp4moe

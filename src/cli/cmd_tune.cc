@@ -49,20 +49,12 @@ void require_cache_directory() {
                ": the tuning cache directory (FP4MOE_CACHE_DIR, XDG_CACHE_HOME or HOME) is not a directory");
 }
 
-// The buckets of the given token counts, each once, ascending.
-std::vector<int64_t> buckets_of(const std::string& s) {
-  std::vector<int64_t> v;
-  for (int64_t t : parse_token_list(s)) v.push_back(nearest_bucket(t));
-  std::sort(v.begin(), v.end());
-  v.erase(std::unique(v.begin(), v.end()), v.end());
-  return v;
-}
-
 void run_tune(const TuneArgs& a) {
   const MoeConfig cfg = a.shape.resolve();
   // What the end of a tuning run needs, checked before it: the token list, the JSON's path, a
   // cache directory that is one (or can be made).
-  const std::vector<int64_t> buckets = a.tokens.empty() ? std::vector<int64_t>{} : buckets_of(a.tokens);
+  // (tune_layer maps each count to its bucket.)
+  const std::vector<int64_t> buckets = a.tokens.empty() ? std::vector<int64_t>{} : parse_token_list(a.tokens);
   require_writable_path(a.json, "--json");
   require_cache_directory();
 #ifndef FP4MOE_WITH_CUDA

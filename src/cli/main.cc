@@ -9,14 +9,8 @@
 #include "fp4moe/error.h"
 #include "fp4moe/version.h"
 
-namespace {
-
-// The message on one line whatever it quotes: a name read from a file ("F32\nBAD" as a dtype)
-// must not break the one-line error into two.
-std::string one_line(const char* message) { return fp4moe::cli::printable(message); }
-
-}  // namespace
-
+// Errors are printed through printable(): a name a message quotes from a file ("F32\nBAD" as a
+// dtype) must not break the one-line error into two.
 int main(int argc, char** argv) {
   CLI::App app{"fp4moe " FP4MOE_VERSION
                ": Mixture-of-Experts layers with NVFP4 expert weights on NVIDIA GPUs"};
@@ -40,17 +34,17 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line: CLI11's message, then where to look.
-    std::fprintf(stderr, "fp4moe: error: %s (see fp4moe --help)\n", one_line(e.what()).c_str());
+    std::fprintf(stderr, "fp4moe: error: %s (see fp4moe --help)\n", fp4moe::cli::printable(e.what()).c_str());
     return 2;
   } catch (const std::bad_alloc&) {
     // A size the up-front checks did not foresee; name the cause rather than the exception.
     std::fprintf(stderr, "fp4moe: error: out of host memory (an allocation failed)\n");
     return 1;
   } catch (const fp4moe::Error& e) {
-    std::fprintf(stderr, "fp4moe: error: %s\n", one_line(e.what()).c_str());
+    std::fprintf(stderr, "fp4moe: error: %s\n", fp4moe::cli::printable(e.what()).c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fp4moe: error: %s\n", one_line(e.what()).c_str());
+    std::fprintf(stderr, "fp4moe: error: %s\n", fp4moe::cli::printable(e.what()).c_str());
     return 1;
   }
   return 0;

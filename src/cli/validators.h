@@ -59,14 +59,20 @@ inline CLI::Validator FiniteRange(double lo, double hi) {
 // what was typed. Given with ->transform (not ->check, whose validators see a copy): it rewrites
 // the text in plain decimal, which CLI11's base-0 conversion cannot read as octal.
 template <typename T>
+inline std::optional<T> whole_number_of(const std::string& text) {
+  T v{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (ec != std::errc() || ptr != end || text.empty()) return std::nullopt;
+  return v;
+}
+
+template <typename T>
 inline CLI::Validator WholeNumber() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        T v{};
-        const char* end = text.data() + text.size();
-        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-        if (ec == std::errc() && ptr == end && !text.empty()) {
-          text = std::to_string(v);  // CLI11 converts in base 0: "010" would be read as octal 8
+        if (const std::optional<T> v = whole_number_of<T>(text)) {
+          text = std::to_string(*v);  // CLI11 converts in base 0: "010" would be read as octal 8
           return {};
         }
         return "'" + text + "' is not an integer in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
@@ -80,13 +86,11 @@ inline CLI::Validator WholeNumber() {
 inline CLI::Validator MultipleOf(int64_t lo, int64_t hi, int64_t step, const std::string& why) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
-        int64_t v = 0;
-        const char* end = text.data() + text.size();
-        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-        if (ec != std::errc() || ptr != end || text.empty() || v < lo || v > hi)
+        const std::optional<int64_t> v = whole_number_of<int64_t>(text);
+        if (!v || *v < lo || *v > hi)
           return "'" + text + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-        if (v % step != 0) return text + " is not a multiple of " + why + " " + std::to_string(step);
-        text = std::to_string(v);  // decimal, as typed (CLI11 would read a leading 0 as octal)
+        if (*v % step != 0) return text + " is not a multiple of " + why + " " + std::to_string(step);
+        text = std::to_string(*v);  // decimal, as typed (CLI11 would read a leading 0 as octal)
         return {};
       },
       "MULTIPLE OF " + std::to_string(step));

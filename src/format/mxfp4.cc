@@ -4,6 +4,7 @@
 
 #include "fp4moe/error.h"
 #include "fp4moe/format.h"
+#include "format/block_matrix_shape.h"
 
 namespace fp4moe {
 
@@ -46,6 +47,12 @@ Mxfp4Matrix quantize_mxfp4(std::span<const float> w, int64_t rows, int64_t cols)
 }
 
 namespace {
+// The shape and the buffers' sizes: what every read of an element relies on.
+void check_holds_shape(const Mxfp4Matrix& m, const char* what) {
+  detail::check_block_matrix_shape(m.rows, m.cols, m.data.size(), m.block_scales.size(), kMxfp4BlockSize, what, "MXFP4",
+                                   "data", "block_scales");
+}
+
 // Element (r, c) of a matrix whose shape and buffers have been checked.
 double value_of(const Mxfp4Matrix& m, int64_t r, int64_t c) {
   const double e = e2m1_to_float(fp4_code_at(m.data.data(), r * m.cols + c));
@@ -55,26 +62,14 @@ double value_of(const Mxfp4Matrix& m, int64_t r, int64_t c) {
 }  // namespace
 
 void Mxfp4Matrix::validate(const char* what) const {
-  FP4MOE_CHECK(rows >= 0 && cols >= 0, what, ": negative shape [", rows, ", ", cols, "]");
-  checked_size(rows, cols, what);
-  FP4MOE_CHECK(cols % kMxfp4BlockSize == 0, what, ": K = ", cols, " is not a multiple of the MXFP4 block size ",
-               kMxfp4BlockSize);
-  FP4MOE_CHECK(static_cast<int64_t>(data.size()) == rows * cols / 2, what, ": data holds ", data.size(),
-               " bytes, shape [", rows, ", ", cols, "] needs ", rows * cols / 2);
-  FP4MOE_CHECK(static_cast<int64_t>(block_scales.size()) == rows * cols / kMxfp4BlockSize, what,
-               ": block_scales holds ", block_scales.size(), " bytes, shape [", rows, ", ", cols, "] needs ",
-               rows * cols / kMxfp4BlockSize);
+  check_holds_shape(*this, what);
   // UE8M0 0xFF is NaN (OCP MX v1.0, 5.4.1).
   for (size_t i = 0; i < block_scales.size(); ++i)
     FP4MOE_CHECK(block_scales[i] != 0xFF, what, ": block scale ", i, " is NaN (0xff)");
 }
 
 double Mxfp4Matrix::value(int64_t r, int64_t c) const {
-  FP4MOE_CHECK(rows >= 0 && cols >= 0 && cols % kMxfp4BlockSize == 0 &&
-                   static_cast<int64_t>(data.size()) == checked_size(rows, cols, "Mxfp4Matrix::value") / 2 &&
-                   static_cast<int64_t>(block_scales.size()) == rows * cols / kMxfp4BlockSize,
-               "Mxfp4Matrix::value: data (", data.size(), " bytes) and block_scales (", block_scales.size(),
-               ") do not hold a [", rows, ", ", cols, "] matrix");
+  check_holds_shape(*this, "Mxfp4Matrix::value");  // (not validate's scan of every scale: one element)
   FP4MOE_CHECK(r >= 0 && r < rows && c >= 0 && c < cols, "Mxfp4Matrix::value: (", r, ", ", c,
                ") is outside the matrix [", rows, ", ", cols, "]");
   return value_of(*this, r, c);

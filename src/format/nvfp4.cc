@@ -6,6 +6,7 @@
 
 #include "fp4moe/error.h"
 #include "fp4moe/format.h"
+#include "format/block_matrix_shape.h"
 
 namespace fp4moe {
 namespace {
@@ -110,6 +111,12 @@ Nvfp4Matrix quantize_nvfp4_activations(std::span<const float> x, int64_t rows, i
 }
 
 namespace {
+// The shape and the buffers' sizes: what every read of an element relies on.
+void check_holds_shape(const Nvfp4Matrix& m, const char* what) {
+  detail::check_block_matrix_shape(m.rows, m.cols, m.data.size(), m.block_scales.size(), kNvfp4BlockSize, what, "NVFP4",
+                                   "weight", "weight_scale");
+}
+
 // Element (r, c) of a matrix whose shape and buffers have been checked.
 double value_of(const Nvfp4Matrix& m, int64_t r, int64_t c) {
   const double e = e2m1_to_float(fp4_code_at(m.data.data(), r * m.cols + c));
@@ -119,13 +126,7 @@ double value_of(const Nvfp4Matrix& m, int64_t r, int64_t c) {
 }  // namespace
 
 double Nvfp4Matrix::value(int64_t r, int64_t c) const {
-  // The buffers' sizes against the shape (what validate checks first, without its scan of every
-  // scale: this is one element).
-  FP4MOE_CHECK(rows >= 0 && cols >= 0 && cols % kNvfp4BlockSize == 0 &&
-                   static_cast<int64_t>(data.size()) == checked_size(rows, cols, "Nvfp4Matrix::value") / 2 &&
-                   static_cast<int64_t>(block_scales.size()) == rows * cols / kNvfp4BlockSize,
-               "Nvfp4Matrix::value: data (", data.size(), " bytes) and block_scales (", block_scales.size(),
-               ") do not hold a [", rows, ", ", cols, "] matrix");
+  check_holds_shape(*this, "Nvfp4Matrix::value");  // (not validate's scan of every scale: one element)
   FP4MOE_CHECK(r >= 0 && r < rows && c >= 0 && c < cols, "Nvfp4Matrix::value: (", r, ", ", c,
                ") is outside the matrix [", rows, ", ", cols, "]");
   return value_of(*this, r, c);
@@ -148,15 +149,7 @@ std::vector<float> Nvfp4Matrix::dequantize() const {
 }
 
 void Nvfp4Matrix::validate(const char* what) const {
-  FP4MOE_CHECK(rows >= 0 && cols >= 0, what, ": negative shape [", rows, ", ", cols, "]");
-  checked_size(rows, cols, what);
-  FP4MOE_CHECK(cols % kNvfp4BlockSize == 0, what, ": K = ", cols,
-               " is not a multiple of the NVFP4 block size ", kNvfp4BlockSize);
-  FP4MOE_CHECK(static_cast<int64_t>(data.size()) == rows * cols / 2, what, ": weight holds ",
-               data.size(), " bytes, shape [", rows, ", ", cols, "] needs ", rows * cols / 2);
-  FP4MOE_CHECK(static_cast<int64_t>(block_scales.size()) == rows * cols / kNvfp4BlockSize, what,
-               ": weight_scale holds ", block_scales.size(), " bytes, shape [", rows, ", ", cols,
-               "] needs ", rows * cols / kNvfp4BlockSize);
+  check_holds_shape(*this, what);
   FP4MOE_CHECK(std::isfinite(global_scale) && global_scale > 0.0f, what,
                ": weight_scale_2 must be finite and > 0, got ", global_scale);
   for (size_t i = 0; i < block_scales.size(); ++i) {

@@ -84,18 +84,17 @@ void check_plan_input(const MoeConfig& cfg, int64_t tokens, const char* what) {
   cfg.validate();
   FP4MOE_CHECK(tokens >= 1, what, ": token count must be >= 1, got ", tokens);
 }
-}  // namespace
 
-int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens) {
-  check_plan_input(cfg, tokens, "heuristic token tile");
+// The rules themselves, on input the public entry points have checked (once a plan: the layer
+// plans every forward call).
+int token_tile(const MoeConfig& cfg, int64_t tokens) {
   const double mean = static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
   if (mean <= kDecodeN8MaxMean) return 8;
   if (mean <= kDecodeN16MaxMean) return 16;
   return 64;
 }
 
-Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epilogue ep) {
-  check_plan_input(cfg, tokens, "heuristic tactic");
+Tactic tactic_for(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epilogue ep) {
   const ModelOptions mo = gemm_model_options(cfg, tokens, ep);
   const auto fits = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).fits; };
   const double mean = static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
@@ -103,7 +102,7 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
     const Tactic prefill = prefill_tactic(cfg, mean, ep);
     if (fits(prefill)) return prefill;
   }
-  const Tactic preferred = decode_tactic(heuristic_token_tile(cfg, tokens), mean, narrow_experts(cfg), ep);
+  const Tactic preferred = decode_tactic(token_tile(cfg, tokens), mean, narrow_experts(cfg), ep);
   if (fits(preferred)) {
     const auto ctas = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).ctas_per_sm; };
     // Beyond the almost empty experts of the 2-stage rule, the 8- and 16-token tiles take 256
@@ -140,6 +139,17 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
                gpu.smem_per_block_optin, " B of shared memory per block)");
   return *best;
 }
+}  // namespace
+
+int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens) {
+  check_plan_input(cfg, tokens, "heuristic token tile");
+  return token_tile(cfg, tokens);
+}
+
+Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epilogue ep) {
+  check_plan_input(cfg, tokens, "heuristic tactic");
+  return tactic_for(cfg, tokens, gpu, ep);
+}
 
 // Six warps, two K groups in flight each: three CTAs per SM, so that every block of a narrow
 // single-token FC1 is resident at once (docs/HEURISTIC.md has the measurements).
@@ -171,8 +181,7 @@ LayerPlan heuristic_plan(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gp
     if (fits_both(gemv)) return gemv;
   }
   // Stream-K balances any unit count over the GPU's CTAs, so the GPU enters only through what fits.
-  return LayerPlan{heuristic_tactic(cfg, tokens, gpu, Epilogue::kSwiglu),
-                   heuristic_tactic(cfg, tokens, gpu, Epilogue::kFinalize)};
+  return LayerPlan{tactic_for(cfg, tokens, gpu, Epilogue::kSwiglu), tactic_for(cfg, tokens, gpu, Epilogue::kFinalize)};
 }
 
 }  // namespace fp4moe

@@ -282,7 +282,7 @@ ResourceReport model_resources(const Tactic& t, const GpuSpec& gpu, DataType dty
   // The same ranges as a parsed tactic, and options no GEMM has outside these: every size the
   // model forms from them (stage bytes, scheduler state, the batch staged) then fits an int and
   // is positive - a zero total once divided an SM's shared memory.
-  validate_tactic(t, "resource model: tactic " + format_tactic(t));
+  if (const std::string e = tactic_range_error(t); !e.empty()) FP4MOE_FAIL("resource model: tactic ", format_tactic(t), ": ", e);
   FP4MOE_CHECK(opt.experts >= 1 && opt.experts <= (1 << 20), "resource model: experts = ", opt.experts,
                " is outside [1, 2^20]");
   FP4MOE_CHECK(opt.tokens >= 1 && opt.tokens <= (1 << 24), "resource model: tokens = ", opt.tokens,

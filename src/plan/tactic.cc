@@ -54,22 +54,22 @@ std::string format_tactic(const Tactic& t) {
   return os.str();
 }
 
-void validate_tactic(const Tactic& t, const std::string& what) {
-  FP4MOE_CHECK(static_cast<int>(t.family) >= 0 && static_cast<int>(t.family) <= static_cast<int>(Family::kW4a16Fused),
-               what, ": unknown family");
-  FP4MOE_CHECK(t.tile_rows > 0 && t.tile_tokens > 0 && t.tile_k > 0 && t.stages >= 0 && t.warps >= 0 && t.split_k > 0,
-               what, ": sizes must be positive");
+std::string tactic_range_error(const Tactic& t) {
+  if (static_cast<int>(t.family) < 0 || static_cast<int>(t.family) > static_cast<int>(Family::kW4a16Fused))
+    return "unknown family";
+  if (!(t.tile_rows > 0 && t.tile_tokens > 0 && t.tile_k > 0 && t.stages >= 0 && t.warps >= 0 && t.split_k > 0))
+    return "sizes must be positive";
   // The ranges encode_tactic packs (so that decode_tactic(encode_tactic(t)) == t), K in whole
   // 16-element blocks, and a warp count for our own families (w0 means "the family's own" only
   // in the CUTLASS profiles).
-  FP4MOE_CHECK(t.tile_rows < 4096 && t.tile_tokens < 1024 && t.tile_k < 16384 && t.stages < 64 && t.warps < 64 &&
-                   t.split_k < 256,
-               what, ": a field exceeds its range (rows < 4096, tokens < 1024, K < 16384, stages and warps < 64, "
-               "split-K < 256)");
-  FP4MOE_CHECK(t.tile_k % 16 == 0, what, ": K ", t.tile_k, " is not a multiple of the block size 16");
+  if (!(t.tile_rows < 4096 && t.tile_tokens < 1024 && t.tile_k < 16384 && t.stages < 64 && t.warps < 64 &&
+        t.split_k < 256))
+    return "a field exceeds its range (rows < 4096, tokens < 1024, K < 16384, stages and warps < 64, split-K < 256)";
+  if (t.tile_k % 16 != 0) return "K " + std::to_string(t.tile_k) + " is not a multiple of the block size 16";
   const bool cutlass = t.family == Family::kCutlassSm120 || t.family == Family::kCutlassSm100;
-  FP4MOE_CHECK(cutlass || t.warps > 0, what, ": ", to_string(t.family),
-               " needs a warp count (w0 is only for the CUTLASS profiles)");
+  if (!cutlass && t.warps == 0)
+    return std::string(to_string(t.family)) + " needs a warp count (w0 is only for the CUTLASS profiles)";
+  return {};
 }
 
 Tactic parse_tactic(const std::string& text) {
@@ -112,7 +112,8 @@ Tactic parse_tactic(const std::string& text) {
     FP4MOE_CHECK(parts[6] == "swapab", "tactic '", text, "': unknown suffix '", parts[6], "'");
     t.swap_ab = true;
   }
-  validate_tactic(t, "tactic '" + text + "'");
+  const std::string range_error = tactic_range_error(t);
+  FP4MOE_CHECK(range_error.empty(), "tactic '", text, "': ", range_error);
   return t;
 }
 

@@ -14,6 +14,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <tuple>
 #include <type_traits>
 
@@ -165,6 +166,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
                                static_cast<int>(fc1_.kgroups()), static_cast<int>(fc2_.rowtiles()),
                                static_cast<int>(fc2_.kgroups()));
   }
+  const W4a16Kernel* find_kernel(const Tactic& t, Epilogue ep, std::string* why) const;
   const W4a16Kernel& kernel_for(const Tactic& t, Epilogue ep) const;
   kernels::W4a16SmemShape smem_shape(int64_t tokens, int64_t k) const {
     return kernels::W4a16SmemShape{groups_, static_cast<int>(tokens), static_cast<int>(k), slots_};
@@ -368,16 +370,8 @@ std::pair<LayerPlan, std::string> GpuMoeLayerImpl::planned(int64_t tokens) const
   bool from_cache[2] = {false, false};
   // An entry whose winner this layer cannot run for that GEMM (a hand-edited or foreign file: the
   // loader checks only what the file says of itself) leaves the heuristic's tactic.
-  auto runnable = [&](const Tactic& t, Epilogue ep) {
-    try {
-      kernel_for(t, ep);
-      return true;
-    } catch (const Error&) {
-      return false;
-    }
-  };
   auto take = [&](const GemmKey& key, Tactic& slot, bool& taken) {
-    if (auto e = cache->lookup(identity_, key, tokens); e && runnable(e->winner, key.epilogue)) {
+    if (auto e = cache->lookup(identity_, key, tokens); e && find_kernel(e->winner, key.epilogue, nullptr)) {
       slot = e->winner;
       taken = true;
     }
@@ -391,22 +385,34 @@ std::pair<LayerPlan, std::string> GpuMoeLayerImpl::planned(int64_t tokens) const
   return {cached, std::string(from_cache[0] ? "cache" : "heuristic") + "/" + (from_cache[1] ? "cache" : "heuristic")};
 }
 
-const W4a16Kernel& GpuMoeLayerImpl::kernel_for(const Tactic& t, Epilogue ep) const {
-  FP4MOE_CHECK(t.family == Family::kW4a16Mma || t.family == Family::kW4a16Wgmma || t.family == Family::kW4a16Gemv ||
-                   t.family == Family::kW4a16Fused,
-               "GPU layer: tactic ", format_tactic(t),
-               " is not of a family this layer runs (w4a16_mma, w4a16_wgmma, w4a16_gemv, w4a16_fused)");
-  FP4MOE_CHECK(t.family != Family::kW4a16Wgmma || gpu_.has_wgmma(), "GPU layer: tactic ", format_tactic(t),
-               " needs sm_90a (wgmma); ", gpu_.name, " is ", gpu_.arch_name());
-  FP4MOE_CHECK(t.family != Family::kW4a16Fused || gpu_.sm >= 90, "GPU layer: tactic ", format_tactic(t),
-               " needs sm_90+ (the bulk copy engine); ", gpu_.name, " is ", gpu_.arch_name());
-  FP4MOE_CHECK(t.epilogue == ep, "GPU layer: tactic ", format_tactic(t), " has epilogue ",
-               to_string(t.epilogue), ", this GEMM needs ", to_string(ep));
-  FP4MOE_CHECK(t.split_k == 1, "GPU layer: tactic ", format_tactic(t),
-               ": the families schedule their own K split, split-K must be 1");
+// The kernel that runs `t` for a GEMM of epilogue `ep` on this GPU, or nullptr with the reason in
+// *why (built only where asked for: planning checks every forward call's cached tactics).
+const W4a16Kernel* GpuMoeLayerImpl::find_kernel(const Tactic& t, Epilogue ep, std::string* why) const {
+  const auto none = [why](const auto&... parts) -> const W4a16Kernel* {
+    if (why) {
+      std::ostringstream o;
+      (o << ... << parts);
+      *why = o.str();
+    }
+    return nullptr;
+  };
+  if (t.family != Family::kW4a16Mma && t.family != Family::kW4a16Wgmma && t.family != Family::kW4a16Gemv &&
+      t.family != Family::kW4a16Fused)
+    return none(" is not of a family this layer runs (w4a16_mma, w4a16_wgmma, w4a16_gemv, w4a16_fused)");
+  if (t.family == Family::kW4a16Wgmma && !gpu_.has_wgmma())
+    return none(" needs sm_90a (wgmma); ", gpu_.name, " is ", gpu_.arch_name());
+  if (t.family == Family::kW4a16Fused && gpu_.sm < 90)
+    return none(" needs sm_90+ (the bulk copy engine); ", gpu_.name, " is ", gpu_.arch_name());
+  if (t.epilogue != ep) return none(" has epilogue ", to_string(t.epilogue), ", this GEMM needs ", to_string(ep));
+  if (t.split_k != 1) return none(": the families schedule their own K split, split-K must be 1");
   const W4a16Kernel* k = kernels::find_w4a16_kernel(t);
-  FP4MOE_CHECK(k != nullptr, "GPU layer: tactic ", format_tactic(t), " is not compiled in");
-  return *k;
+  return k ? k : none(" is not compiled in");
+}
+
+const W4a16Kernel& GpuMoeLayerImpl::kernel_for(const Tactic& t, Epilogue ep) const {
+  std::string why;
+  if (const W4a16Kernel* k = find_kernel(t, ep, &why)) return *k;
+  FP4MOE_FAIL("GPU layer: tactic ", format_tactic(t), why);
 }
 
 // Every resident CTA slot of the GPU at this shared memory (the stream-K families leave CTAs

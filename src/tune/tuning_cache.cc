@@ -219,8 +219,7 @@ TuningCache TuningCache::load(const std::string& path, std::vector<std::string>*
     return c;
   }
   if (!text) return c;  // no cache yet
-  c.entries_ = parse(*text, path, warnings);
-  return c;
+  return from_text(*text, path, warnings);
 }
 
 TuningCache TuningCache::from_text(const std::string& text, const std::string& label,
