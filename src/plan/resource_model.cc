@@ -37,6 +37,18 @@ ResourceReport w4a16_report(const char* family, const Tactic& t, const GpuSpec& 
   return r;
 }
 
+// The end of a reason: the request's total against the limit, and by how much it is over.
+std::string against_limit(const ResourceReport& r) {
+  const bool under = r.total_bytes <= r.limit_bytes;
+  return std::to_string(r.total_bytes) + (under ? " <= " : " > ") + std::to_string(r.limit_bytes) +
+         (under ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B");
+}
+
+// What a pipeline of fewer than 2 stages lacks: its bytes may be under the limit, it still never fits.
+const char* stages_note(const ResourceReport& r) {
+  return r.stages < 2 ? "; but the pipeline needs at least 2 stages" : "";
+}
+
 // CTAs per SM by shared memory (+ the per-block reservation) and threads; 0 when it does not fit.
 int ctas_per_sm(const ResourceReport& r, const GpuSpec& gpu) {
   const int64_t per_cta = r.total_bytes + gpu.smem_reserved_per_block;
@@ -83,8 +95,7 @@ ResourceReport model_w4a16(const Tactic& t, const GpuSpec& gpu, DataType dtype, 
     why << "a pipeline needs 2 stages; " << r.stages << " of " << r.stage_bytes << " B fit";
   } else {
     why << r.stages << " x " << r.stage_bytes << " (stage) + " << r.kernel_bytes << " (barriers, scheduler) + "
-        << r.epilogue_bytes << " (epilogue) = " << r.total_bytes << (r.fits ? " <= " : " > ")
-        << r.limit_bytes << (r.fits ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B");
+        << r.epilogue_bytes << " (epilogue) = " << against_limit(r);
   }
   r.reason = why.str();
   r.ctas_per_sm = ctas_per_sm(r, gpu);
@@ -126,10 +137,7 @@ ResourceReport model_w4a16_wgmma(const Tactic& t, const GpuSpec& gpu, DataType d
   r.fits = r.stages >= 2 && r.total_bytes <= r.limit_bytes;
   std::ostringstream why;
   why << r.stages << " x " << r.stage_bytes << " (stage) + " << r.kernel_bytes << " (alignment, barriers, scheduler) + "
-      << r.epilogue_bytes << " (epilogue) = " << r.total_bytes << (r.total_bytes <= r.limit_bytes ? " <= " : " > ")
-      << r.limit_bytes
-      << (r.total_bytes <= r.limit_bytes ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B")
-      << (r.stages < 2 ? "; but the pipeline needs at least 2 stages" : "");
+      << r.epilogue_bytes << " (epilogue) = " << against_limit(r) << stages_note(r);
   r.reason = why.str();
   r.ctas_per_sm = ctas_per_sm(r, gpu);
   return r;
@@ -186,8 +194,7 @@ ResourceReport model_w4a16_gemv(const Tactic& t, const GpuSpec& gpu, DataType dt
     why << "a batch of " << o.tokens << " tokens; the family takes 1.." << t.tile_tokens;
   } else {
     why << r.mainloop_bytes << " (B) + " << r.kernel_bytes << " (routing, active groups) + " << r.epilogue_bytes
-        << " (partial tiles) = " << r.total_bytes << (r.fits ? " <= " : " > ") << r.limit_bytes
-        << (r.fits ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B") << " at T = " << o.tokens
+        << " (partial tiles) = " << against_limit(r) << " at T = " << o.tokens
         << ", K = " << o.k << ", " << o.slots << " slots";
   }
   r.reason = why.str();
@@ -248,10 +255,7 @@ ResourceReport model_w4a16_fused(const Tactic& t, const GpuSpec& gpu, DataType d
     why << "a batch of " << o.tokens << " tokens; the family takes 1.." << kernels::kFusedTokens;
   } else {
     why << r.stages << " x " << r.stage_bytes << " (stage) + " << r.kernel_bytes
-        << " (barriers, item ring, routing) = " << r.total_bytes << (r.total_bytes <= r.limit_bytes ? " <= " : " > ")
-        << r.limit_bytes
-        << (r.total_bytes <= r.limit_bytes ? "" : " by " + std::to_string(r.total_bytes - r.limit_bytes) + " B")
-        << (r.stages < 2 ? "; but the pipeline needs at least 2 stages" : "");
+        << " (barriers, item ring, routing) = " << against_limit(r) << stages_note(r);
   }
   r.reason = why.str();
   r.ctas_per_sm = ctas_per_sm(r, gpu);
