@@ -21,8 +21,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,te
 "$bin/fp4moe" info | tee -a "$out/gpu.txt"
 if has tests; then
   echo "== GPU tests"; start=$(date +%s)
-  timeout 300 "$bin/fp4moe_gpu_tests" 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |FAILED|rel error|tests ran" 
-  echo "GPU tests took $(( $(date +%s) - start )) s"
+  # (on an H100 host the suite took over 300 s; exit 124: the limit ran out before the suite did)
+  timeout 480 "$bin/fp4moe_gpu_tests" 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |FAILED|rel error|tests ran"
+  echo "GPU tests exit ${PIPESTATUS[0]} in $(( $(date +%s) - start )) s"
 fi
 if has sanitize; then
   echo "== compute-sanitizer"
@@ -80,7 +81,7 @@ if has tune; then
   # with the heuristic alone, twice each, interleaved: the spread between repeats is the noise.
   export FP4MOE_CACHE_DIR="$out/cache"
   echo "== tune glm5"; start=$(date +%s)
-  timeout 170 "$bin/fp4moe" tune --preset glm5 --json "$out/tune.json" > "$out/tune.txt" 2>/dev/null
+  timeout 360 "$bin/fp4moe" tune --preset glm5 --json "$out/tune.json" > "$out/tune.txt" 2>/dev/null
   echo "tune exit $? in $(( $(date +%s) - start )) s"
   for round in 1 2; do
     timeout 110 "$bin/fp4moe" bench --preset glm5 --json "$out/bench_cache_$round.json" > /dev/null 2>&1
