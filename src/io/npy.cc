@@ -163,6 +163,9 @@ std::string npy_shape_string(const std::vector<int64_t>& shape) {
 }
 
 void write_npy(const std::string& path, const NpyArray& a) {
+  // A header that disagrees with the data would make a file no reader can take.
+  FP4MOE_CHECK(static_cast<int64_t>(a.bytes.size()) == checked_size(a.elements(), a.item_size(), ".npy size"), path,
+               ": ", a.bytes.size(), " bytes do not hold the shape ", npy_shape_string(a.shape), " of '", a.descr, "'");
   std::string header =
       "{'descr': '" + a.descr + "', 'fortran_order': False, 'shape': " + npy_shape_string(a.shape) + ", }";
   const size_t unpadded = 6 + 2 + 2 + header.size() + 1;
@@ -214,30 +217,32 @@ std::vector<float> npy_to_float(const NpyArray& a, const std::string& what) {
   return v;
 }
 
-NpyArray npy_from_float(const std::vector<float>& v, std::vector<int64_t> shape) {
+namespace {
+// An array of `descr` items holding v's bytes as they lie in memory: little-endian, as the
+// descriptors say.
+template <typename T>
+NpyArray npy_from_items(const char* descr, const std::vector<T>& v, std::vector<int64_t> shape) {
+  static_assert(std::endian::native == std::endian::little, ".npy items are written in host order");
   NpyArray a;
-  a.descr = "<f4";
+  a.descr = descr;
   a.shape = std::move(shape);
-  a.bytes.resize(v.size() * 4);
-  std::memcpy(a.bytes.data(), v.data(), a.bytes.size());
+  a.bytes.resize(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(a.bytes.data(), v.data(), a.bytes.size());
   return a;
+}
+}  // namespace
+
+NpyArray npy_from_float(const std::vector<float>& v, std::vector<int64_t> shape) {
+  return npy_from_items("<f4", v, std::move(shape));
 }
 
 NpyArray npy_from_bf16(const std::vector<uint16_t>& v, std::vector<int64_t> shape) {
-  NpyArray a;
-  a.descr = "<V2";
-  a.shape = std::move(shape);
-  a.bytes.resize(v.size() * 2);
-  std::memcpy(a.bytes.data(), v.data(), a.bytes.size());
-  return a;
+  return npy_from_items("<V2", v, std::move(shape));
 }
 
 NpyArray npy_from_bytes(const std::vector<uint8_t>& v, std::vector<int64_t> shape) {
-  NpyArray a;
-  a.descr = "|u1";
-  a.shape = std::move(shape);
-  a.bytes = v;
-  return a;
+  return npy_from_items("|u1", v, std::move(shape));
 }
+
 
 }  // namespace fp4moe

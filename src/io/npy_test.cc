@@ -112,6 +112,17 @@ TEST(Npy, LyingHeadersAreClearErrors) {
   a.shape = {1024, 1024};
   a.bytes.assign(16, 0);
   EXPECT_THROW(npy_to_float(a, "short"), Error);
+  // Nor is written: a header that disagrees with the data would make a file no reader takes.
+  const std::string lying = (test::temp_dir() / "lying.npy").string();
+  std::filesystem::remove(lying);
+  try {
+    write_npy(lying, a);
+    ADD_FAILURE() << "an array of 16 bytes was written as 1024 x 1024 floats";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("do not hold the shape (1024, 1024)"), std::string::npos) << err.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(lying));
+  EXPECT_THROW(write_npy(lying, npy_from_bf16(std::vector<uint16_t>(5), {2, 3})), Error);
 }
 
 }  // namespace
