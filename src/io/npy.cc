@@ -49,6 +49,27 @@ float half_to_float(uint16_t h) {
   return sign ? -v : v;
 }
 
+// An array of `descr` items holding v's bytes as they lie in memory: little-endian, as the
+// descriptors say.
+template <typename T>
+NpyArray npy_from_items(const char* descr, const std::vector<T>& v, std::vector<int64_t> shape) {
+  static_assert(std::endian::native == std::endian::little, ".npy items are written in host order");
+  NpyArray a;
+  a.descr = descr;
+  a.shape = std::move(shape);
+  a.bytes.resize(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(a.bytes.data(), v.data(), a.bytes.size());
+  return a;
+}
+
+// An array's bytes against what its shape needs: where they disagree, a read would run past them
+// and a written file would be one no reader takes.
+void check_bytes_hold_shape(const NpyArray& a, const std::string& what) {
+  const int64_t need = a.data_bytes();
+  FP4MOE_CHECK(static_cast<int64_t>(a.bytes.size()) == need, what, ": ", a.bytes.size(), " bytes do not hold the shape ",
+               npy_shape_string(a.shape), " of '", a.descr, "' (it needs ", need, ")");
+}
+
 }  // namespace
 
 int64_t NpyArray::elements() const {
@@ -56,6 +77,8 @@ int64_t NpyArray::elements() const {
   for (int64_t d : shape) n = checked_size(n, d, ".npy shape");
   return n;
 }
+
+int64_t NpyArray::data_bytes() const { return checked_size(elements(), item_size(), ".npy size"); }
 
 int NpyArray::item_size() const {
   // "<f4", "|u1", "<V2": byte order, kind, then the item size in bytes.
@@ -132,7 +155,7 @@ NpyArray read_npy(const std::string& path, const std::function<void(const NpyArr
   }
   int64_t nbytes = 0;
   try {
-    nbytes = checked_size(a.elements(), a.item_size(), ".npy size");
+    nbytes = a.data_bytes();
   } catch (const Error& e) {
     FP4MOE_FAIL(path, ": shape ", npy_shape_string(a.shape), ": ", e.what());
   }
@@ -163,9 +186,7 @@ std::string npy_shape_string(const std::vector<int64_t>& shape) {
 }
 
 void write_npy(const std::string& path, const NpyArray& a) {
-  // A header that disagrees with the data would make a file no reader can take.
-  FP4MOE_CHECK(static_cast<int64_t>(a.bytes.size()) == checked_size(a.elements(), a.item_size(), ".npy size"), path,
-               ": ", a.bytes.size(), " bytes do not hold the shape ", npy_shape_string(a.shape), " of '", a.descr, "'");
+  check_bytes_hold_shape(a, path);
   std::string header =
       "{'descr': '" + a.descr + "', 'fortran_order': False, 'shape': " + npy_shape_string(a.shape) + ", }";
   const size_t unpadded = 6 + 2 + 2 + header.size() + 1;
@@ -185,10 +206,8 @@ void write_npy(const std::string& path, const NpyArray& a) {
 }
 
 std::vector<float> npy_to_float(const NpyArray& a, const std::string& what) {
+  check_bytes_hold_shape(a, what);
   const int64_t n = a.elements();
-  FP4MOE_CHECK(static_cast<int64_t>(a.bytes.size()) == checked_size(n, a.item_size(), what.c_str()), what,
-               ": holds ", a.bytes.size(), " bytes, its shape ", npy_shape_string(a.shape), " of '", a.descr,
-               "' needs ", n * a.item_size());
   std::vector<float> v(static_cast<size_t>(n));
   if (a.descr == "<f4") {
     std::memcpy(v.data(), a.bytes.data(), static_cast<size_t>(n) * 4);
@@ -217,21 +236,6 @@ std::vector<float> npy_to_float(const NpyArray& a, const std::string& what) {
   return v;
 }
 
-namespace {
-// An array of `descr` items holding v's bytes as they lie in memory: little-endian, as the
-// descriptors say.
-template <typename T>
-NpyArray npy_from_items(const char* descr, const std::vector<T>& v, std::vector<int64_t> shape) {
-  static_assert(std::endian::native == std::endian::little, ".npy items are written in host order");
-  NpyArray a;
-  a.descr = descr;
-  a.shape = std::move(shape);
-  a.bytes.resize(v.size() * sizeof(T));
-  if (!v.empty()) std::memcpy(a.bytes.data(), v.data(), a.bytes.size());
-  return a;
-}
-}  // namespace
-
 NpyArray npy_from_float(const std::vector<float>& v, std::vector<int64_t> shape) {
   return npy_from_items("<f4", v, std::move(shape));
 }
@@ -243,6 +247,5 @@ NpyArray npy_from_bf16(const std::vector<uint16_t>& v, std::vector<int64_t> shap
 NpyArray npy_from_bytes(const std::vector<uint8_t>& v, std::vector<int64_t> shape) {
   return npy_from_items("|u1", v, std::move(shape));
 }
-
 
 }  // namespace fp4moe

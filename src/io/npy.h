@@ -16,6 +16,7 @@ struct NpyArray {
 
   int64_t elements() const;
   int item_size() const;        // from descr
+  int64_t data_bytes() const;   // what the shape needs of descr's items (throws on overflow)
 };
 
 // Throws fp4moe::Error naming the file and what is wrong (bad magic, unsupported dtype,
