@@ -20,8 +20,9 @@ inline constexpr int64_t kWideExpert = 1024;
 inline bool narrow_experts(const MoeConfig& cfg) { return cfg.intermediate < kWideExpert; }
 
 // Dispatch between the families (sm_90a only; elsewhere the decode family always): the prefill
-// family w4a16_wgmma from a mean of prefill_min_tokens(cfg) routed tokens per expert (T * k / E):
-// kPrefillMinTokens, or kPrefillMinTokensNarrow for narrow experts (narrow_experts); its tiles
+// family w4a16_wgmma from a mean of prefill_min_tokens(cfg, gpu) routed tokens per expert (T * k /
+// E): kPrefillMinTokens, or kPrefillMinTokensNarrow for narrow experts (narrow_experts), or for
+// wide experts on a GPU of less DRAM bandwidth per SM kPrefillMinTokensLowBandwidth; its tiles
 // are chosen by the rules below. What first set these bounds (token tiles of 64 - then 7 stages,
 // two CTAs per SM - below kPrefillN128MinTokens, of 128 below kPrefillN256MinTokens, else 256),
 // measured on the H200,
@@ -45,6 +46,18 @@ inline bool narrow_experts(const MoeConfig& cfg) { return cfg.intermediate < kWi
 // (level); glm5-tp8 T = 384 (12) 318/319 against 302/302 (narrow experts keep 16).
 inline constexpr double kPrefillMinTokens = 10;
 inline constexpr double kPrefillMinTokensNarrow = 16;
+// Where DRAM gives each SM fewer bytes a second (below kPrefillLowBandwidthPerSmGbs: the H100 SXM,
+// 3350 GB/s over 132 SMs, 25 GB/s an SM, against the H200's 4800 over 132, 36), wide experts take
+// the prefill family from kPrefillMinTokensLowBandwidth: its per-weight instructions, which hold
+// it back at few tokens per expert on the H200, fit under the slower stream there, and its TMA
+// pipeline streams closer to the read floor than the decode family's. Measured on an H100 80GB
+// HBM3 (glm5, both GEMMs forced, `scripts/gpu_check.sh families`, one process per plan, layer us
+// in the CUDA graph): T = 128 (4 per expert) m256n64k256:s3:w20 1798.8 against the decode rule's
+// m256n8:s2:w8 2017.0 and the best decode tile (m256n16) 1952.7; T = 256 (8) 1876.6 against
+// m256n16 2148.0 (the H200 at the same T: the decode tile 5% ahead and level; docs/HEURISTIC.md).
+// Below 4 per expert it was not measured; narrow experts keep kPrefillMinTokensNarrow.
+inline constexpr double kPrefillLowBandwidthPerSmGbs = 31;
+inline constexpr double kPrefillMinTokensLowBandwidth = 4;
 inline constexpr double kPrefillN128MinTokens = 56;
 inline constexpr double kPrefillN256MinTokens = 96;
 
@@ -213,7 +226,9 @@ Tactic fused_tactic(int64_t tokens, Epilogue ep);
 // for finalize): the groups, and what the small-batch family stages (the batch, K and the slots
 // per token); a batch beyond that family's tile makes its tactics not fit.
 ModelOptions gemm_model_options(const MoeConfig& cfg, int64_t tokens, Epilogue ep);
-double prefill_min_tokens(const MoeConfig& cfg);
+// The mean routed tokens per expert from which a GEMM of `cfg` takes the prefill family on `gpu`
+// (an sm_90a GPU; the rule above).
+double prefill_min_tokens(const MoeConfig& cfg, const GpuSpec& gpu);
 int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens);
 // The tactic for one GEMM: the prefill family where the rule above takes it; otherwise the
 // decode family's: token tile as above, 128 weight rows, 4 warps (8 for the 64-token tile),

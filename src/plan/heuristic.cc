@@ -74,8 +74,11 @@ ModelOptions gemm_model_options(const MoeConfig& cfg, int64_t tokens, Epilogue e
   return mo;
 }
 
-double prefill_min_tokens(const MoeConfig& cfg) {
-  return narrow_experts(cfg) ? kPrefillMinTokensNarrow : kPrefillMinTokens;
+double prefill_min_tokens(const MoeConfig& cfg, const GpuSpec& gpu) {
+  if (narrow_experts(cfg)) return kPrefillMinTokensNarrow;
+  const bool low_bandwidth = gpu.mem_bandwidth_gbs > 0 && gpu.sm_count > 0 &&
+                             gpu.mem_bandwidth_gbs / gpu.sm_count < kPrefillLowBandwidthPerSmGbs;
+  return low_bandwidth ? kPrefillMinTokensLowBandwidth : kPrefillMinTokens;
 }
 
 namespace {
@@ -98,7 +101,7 @@ Tactic tactic_for(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epil
   const ModelOptions mo = gemm_model_options(cfg, tokens, ep);
   const auto fits = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).fits; };
   const double mean = static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
-  if (gpu.has_wgmma() && mean >= prefill_min_tokens(cfg)) {
+  if (gpu.has_wgmma() && mean >= prefill_min_tokens(cfg, gpu)) {
     const Tactic prefill = prefill_tactic(cfg, mean, ep);
     if (fits(prefill)) return prefill;
   }
