@@ -103,14 +103,16 @@ if has bench; then
 fi
 if has families; then
   # The prefill issue's "no cliff" check in one binary: the heuristic plan against each family's
-  # tactics alone (both GEMMs forced) at the token counts where the families meet.
-  ts=128,256,512,1024,2048,4096,8192,16384
+  # tactics alone (both GEMMs forced) at the token counts where the families meet; FAMILY_TOKENS
+  # replaces them (e.g. the means under 4 tokens per expert, where the decode family must win),
+  # FAMILY_PRESET the preset (glm5-tp8: the narrow experts' boundary).
+  ts=${FAMILY_TOKENS:-128,256,512,1024,2048,4096,8192,16384}; fp=${FAMILY_PRESET:-glm5}
   # Two rounds, every run once per round: the graph time of one plan varies up to ~5% between
   # processes, and the comparison takes each plan's fastest repeat. FAMILY_ROUNDS=1 halves the
   # step (~400 s on an H100) where device time is short.
-  echo "== families (glm5)"
+  echo "== families ($fp)"
   for round in $(seq 1 "${FAMILY_ROUNDS:-2}"); do
-    timeout 200 "$bin/fp4moe" bench --preset glm5 --tokens $ts --no-cache --no-baseline \
+    timeout 200 "$bin/fp4moe" bench --preset $fp --tokens $ts --no-cache --no-baseline \
       --json "$out/fam_dispatched_$round.json" > /dev/null 2>&1
     for t in w4a16_mma:m128n8k256:s3:w4:sk1 w4a16_mma:m256n8k256:s2:w8:sk1 w4a16_mma:m128n16k256:s2:w4:sk1 \
              w4a16_mma:m256n16k256:s2:w8:sk1 w4a16_mma:m128n32k256:s3:w4:sk1 \
@@ -119,7 +121,7 @@ if has families; then
              w4a16_wgmma:m256n128k64:s7:w20:sk1 w4a16_wgmma:m128n128k64:s9:w12:sk1 w4a16_wgmma:m192n144k64:s7:w16:sk1 \
              w4a16_wgmma:m192n176k64:s7:w16:sk1 w4a16_wgmma:m192n176k128:s3:w16:sk1 \
              w4a16_wgmma:m128n256k64:s5:w12:sk1; do
-      timeout 200 "$bin/fp4moe" bench --preset glm5 --tokens $ts --no-cache --no-baseline --fc1 "$t:swiglu" \
+      timeout 200 "$bin/fp4moe" bench --preset $fp --tokens $ts --no-cache --no-baseline --fc1 "$t:swiglu" \
         --fc2 "$t:finalize" --json "$out/fam_$(echo "$t" | tr ':' '_')_$round.json" > /dev/null 2>&1
     done
   done
