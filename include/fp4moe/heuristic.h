@@ -55,9 +55,14 @@ inline constexpr double kPrefillMinTokensNarrow = 16;
 // in the CUDA graph): T = 128 (4 per expert) m256n64k256:s3:w20 1798.8 against the decode rule's
 // m256n8:s2:w8 2017.0 and the best decode tile (m256n16) 1952.7; T = 256 (8) 1876.6 against
 // m256n16 2148.0 (the H200 at the same T: the decode tile 5% ahead and level; docs/HEURISTIC.md).
-// Below 4 per expert it was not measured; narrow experts keep kPrefillMinTokensNarrow.
+// Lower means, the same way on another H100: the 256 x 64 tile (m256n64k256) against the fastest
+// decode tile took T = 12 (3/8 of a token per expert) 584.9 against 596.6, T = 16 751.4 against
+// 762.8, T = 32 1143.7 against 1163.8, T = 48 1377.0 against 1437.4, T = 64 1617.1 against
+// 1698.9, T = 96 1682.4 against 1789.2; at T = 8 (a quarter) 467.1 against 456.6, the decode tile
+// ahead. Narrow experts keep kPrefillMinTokensNarrow there too (glm5-tp8 T = 384, 12 per expert:
+// decode 347.8, prefill 351.1; T = 512: 428.9 against 374.0).
 inline constexpr double kPrefillLowBandwidthPerSmGbs = 31;
-inline constexpr double kPrefillMinTokensLowBandwidth = 4;
+inline constexpr double kPrefillMinTokensLowBandwidth = 0.375;
 inline constexpr double kPrefillN128MinTokens = 56;
 inline constexpr double kPrefillN256MinTokens = 96;
 

@@ -137,14 +137,14 @@ TEST(Heuristic, PlansOnTheH200) {
 }
 
 // The H100 SXM (25 GB/s of DRAM bandwidth an SM against the H200's 36): wide experts take the
-// prefill family from 4 tokens per expert, not 10 (kPrefillMinTokensLowBandwidth); narrow experts
-// and the fused family's sizes as on the H200.
+// prefill family from 3/8 of a token per expert, not 10 (kPrefillMinTokensLowBandwidth); narrow
+// experts and the fused family's sizes as on the H200.
 TEST(Heuristic, PlansOnTheH100) {
   const MoeConfig glm5 = MoeConfig::glm5();
   EXPECT_EQ(fc1(glm5, 1, "h100"), "w4a16_fused:m128n8k1024:s3:w6:sk1:swiglu");
-  EXPECT_EQ(fc1(glm5, 127, "h100"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
-  EXPECT_EQ(fc2(glm5, 127, "h100"), "w4a16_mma:m256n8k256:s2:w8:sk1:finalize");
-  for (const int64_t t : {128, 256, 319, 1024}) {
+  EXPECT_EQ(fc1(glm5, 11, "h100"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
+  EXPECT_EQ(fc2(glm5, 11, "h100"), "w4a16_mma:m256n8k256:s2:w8:sk1:finalize");
+  for (const int64_t t : {12, 16, 64, 127, 128, 256, 319, 1024}) {
     EXPECT_EQ(fc1(glm5, t, "h100"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:swiglu") << t;
     EXPECT_EQ(fc2(glm5, t, "h100"), "w4a16_wgmma:m256n64k256:s3:w20:sk1:finalize") << t;
   }
@@ -155,10 +155,10 @@ TEST(Heuristic, PlansOnTheH100) {
   // bandwidth plans as the H100, and one whose bandwidth is unknown (0) as the H200.
   GpuSpec slow = resolve_gpu("h200");
   slow.mem_bandwidth_gbs = 3350;
-  EXPECT_EQ(heuristic_plan(glm5, 128, slow).fc1.family, Family::kW4a16Wgmma);
+  EXPECT_EQ(heuristic_plan(glm5, 64, slow).fc1.family, Family::kW4a16Wgmma);
   GpuSpec unknown = resolve_gpu("h200");
   unknown.mem_bandwidth_gbs = 0;
-  EXPECT_EQ(heuristic_plan(glm5, 128, unknown).fc1.family, Family::kW4a16Mma);
+  EXPECT_EQ(heuristic_plan(glm5, 64, unknown).fc1.family, Family::kW4a16Mma);
   EXPECT_EQ(prefill_min_tokens(glm5, resolve_gpu("h100")), kPrefillMinTokensLowBandwidth);
   EXPECT_EQ(prefill_min_tokens(glm5, resolve_gpu("h200")), kPrefillMinTokens);
   EXPECT_EQ(prefill_min_tokens(tp8, resolve_gpu("h100")), kPrefillMinTokensNarrow);
