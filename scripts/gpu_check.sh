@@ -111,9 +111,11 @@ if has families; then
   # processes, and the comparison takes each plan's fastest repeat. FAMILY_ROUNDS=1 halves the
   # step (~400 s on an H100) where device time is short.
   echo "== families ($fp)"
+  fam_bench() {
+    timeout 200 "$bin/fp4moe" bench --preset "$fp" --tokens "$ts" --no-cache --no-baseline "$@" > /dev/null 2>&1
+  }
   for round in $(seq 1 "${FAMILY_ROUNDS:-2}"); do
-    timeout 200 "$bin/fp4moe" bench --preset $fp --tokens $ts --no-cache --no-baseline \
-      --json "$out/fam_dispatched_$round.json" > /dev/null 2>&1
+    fam_bench --json "$out/fam_dispatched_$round.json"
     for t in w4a16_mma:m128n8k256:s3:w4:sk1 w4a16_mma:m256n8k256:s2:w8:sk1 w4a16_mma:m128n16k256:s2:w4:sk1 \
              w4a16_mma:m256n16k256:s2:w8:sk1 w4a16_mma:m128n32k256:s3:w4:sk1 \
              w4a16_mma:m128n64k256:s3:w8:sk1 w4a16_wgmma:m128n64k64:s14:w12:sk1 w4a16_wgmma:m128n64k64:s7:w12:sk1 \
@@ -121,8 +123,7 @@ if has families; then
              w4a16_wgmma:m256n128k64:s7:w20:sk1 w4a16_wgmma:m128n128k64:s9:w12:sk1 w4a16_wgmma:m192n144k64:s7:w16:sk1 \
              w4a16_wgmma:m192n176k64:s7:w16:sk1 w4a16_wgmma:m192n176k128:s3:w16:sk1 \
              w4a16_wgmma:m128n256k64:s5:w12:sk1; do
-      timeout 200 "$bin/fp4moe" bench --preset $fp --tokens $ts --no-cache --no-baseline --fc1 "$t:swiglu" \
-        --fc2 "$t:finalize" --json "$out/fam_$(echo "$t" | tr ':' '_')_$round.json" > /dev/null 2>&1
+      fam_bench --fc1 "$t:swiglu" --fc2 "$t:finalize" --json "$out/fam_$(echo "$t" | tr ':' '_')_$round.json"
     done
   done
   python3 "$(dirname "$0")/compare_families.py" "$out"/fam_*.json | tee "$out/families.md"

@@ -88,10 +88,15 @@ void check_plan_input(const MoeConfig& cfg, int64_t tokens, const char* what) {
   FP4MOE_CHECK(tokens >= 1, what, ": token count must be >= 1, got ", tokens);
 }
 
+// The rules' one measure of a batch: routed tokens on an expert, on average (T * k / E).
+double mean_tokens_per_expert(const MoeConfig& cfg, int64_t tokens) {
+  return static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
+}
+
 // The rules themselves, on input the public entry points have checked (once a plan: the layer
 // plans every forward call).
 int token_tile(const MoeConfig& cfg, int64_t tokens) {
-  const double mean = static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
+  const double mean = mean_tokens_per_expert(cfg, tokens);
   if (mean <= kDecodeN8MaxMean) return 8;
   if (mean <= kDecodeN16MaxMean) return 16;
   return 64;
@@ -100,7 +105,7 @@ int token_tile(const MoeConfig& cfg, int64_t tokens) {
 Tactic tactic_for(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epilogue ep) {
   const ModelOptions mo = gemm_model_options(cfg, tokens, ep);
   const auto fits = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).fits; };
-  const double mean = static_cast<double>(tokens) * cfg.routing.top_k / cfg.num_experts;
+  const double mean = mean_tokens_per_expert(cfg, tokens);
   if (gpu.has_wgmma() && mean >= prefill_min_tokens(cfg, gpu)) {
     const Tactic prefill = prefill_tactic(cfg, mean, ep);
     if (fits(prefill)) return prefill;
