@@ -59,7 +59,9 @@ inline constexpr double kPrefillMinTokensNarrow = 16;
 // decode tile took T = 12 (3/8 of a token per expert) 584.9 against 596.6, T = 16 751.4 against
 // 762.8, T = 32 1143.7 against 1163.8, T = 48 1377.0 against 1437.4, T = 64 1617.1 against
 // 1698.9, T = 96 1682.4 against 1789.2; at T = 8 (a quarter) 467.1 against 456.6, the decode tile
-// ahead. Narrow experts keep kPrefillMinTokensNarrow there too (glm5-tp8 T = 384, 12 per expert:
+// ahead; in between, two rounds on a third H100, the families meet at T = 10-11 (best decode
+// 531.3 / 538.0 against 531.4 / 538.4) and the decode tile leads by 3% at T = 9 (490.4 against
+// 507.4). Narrow experts keep kPrefillMinTokensNarrow there too (glm5-tp8 T = 384, 12 per expert:
 // decode 347.8, prefill 351.1; T = 512: 428.9 against 374.0).
 inline constexpr double kPrefillLowBandwidthPerSmGbs = 31;
 inline constexpr double kPrefillMinTokensLowBandwidth = 0.375;
