@@ -50,19 +50,14 @@ inline constexpr double kPrefillMinTokensNarrow = 16;
 // 3350 GB/s over 132 SMs, 25 GB/s an SM, against the H200's 4800 over 132, 36), wide experts take
 // the prefill family from kPrefillMinTokensLowBandwidth: its per-weight instructions, which hold
 // it back at few tokens per expert on the H200, fit under the slower stream there, and its TMA
-// pipeline streams closer to the read floor than the decode family's. Measured on an H100 80GB
-// HBM3 (glm5, both GEMMs forced, `scripts/gpu_check.sh families`, one process per plan, layer us
-// in the CUDA graph): T = 128 (4 per expert) m256n64k256:s3:w20 1798.8 against the decode rule's
-// m256n8:s2:w8 2017.0 and the best decode tile (m256n16) 1952.7; T = 256 (8) 1876.6 against
-// m256n16 2148.0 (the H200 at the same T: the decode tile 5% ahead and level; docs/HEURISTIC.md).
-// Lower means, the same way on another H100: the 256 x 64 tile (m256n64k256) against the fastest
-// decode tile took T = 12 (3/8 of a token per expert) 584.9 against 596.6, T = 16 751.4 against
-// 762.8, T = 32 1143.7 against 1163.8, T = 48 1377.0 against 1437.4, T = 64 1617.1 against
-// 1698.9, T = 96 1682.4 against 1789.2; at T = 8 (a quarter) 467.1 against 456.6, the decode tile
-// ahead; in between, two rounds on a third H100, the families meet at T = 10-11 (best decode
-// 531.3 / 538.0 against 531.4 / 538.4) and the decode tile leads by 3% at T = 9 (490.4 against
-// 507.4). Narrow experts keep kPrefillMinTokensNarrow there too (glm5-tp8 T = 384, 12 per expert:
-// decode 347.8, prefill 351.1; T = 512: 428.9 against 374.0).
+// pipeline streams closer to the read floor than the decode family's. On H100 80GB HBM3 hosts
+// (glm5, both GEMMs forced, `scripts/gpu_check.sh families`, layer us in the CUDA graph) the
+// 256 x 64 tile (m256n64k256:s3:w20) leads the fastest decode tile from T = 12 (3/8 of a token per
+// expert: 584.9 against 596.6) to T = 256 (1876.6 against 2148.0), the families meet at T = 10-11
+// (531.4 / 538.4 against 531.3 / 538.0) and the decode tile leads below (T = 9: 507.4 against
+// 490.4); docs/HEURISTIC.md, "The boundary on an H100", "Lower means on an H100" and "Between
+// 1/4 and 3/8 on an H100", has the tables. Narrow experts keep kPrefillMinTokensNarrow there too (glm5-tp8 T = 384, 12 per
+// expert: decode 347.8, prefill 351.1; T = 512: 428.9 against 374.0).
 inline constexpr double kPrefillLowBandwidthPerSmGbs = 31;
 inline constexpr double kPrefillMinTokensLowBandwidth = 0.375;
 inline constexpr double kPrefillN128MinTokens = 56;
