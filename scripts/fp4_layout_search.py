@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How few bit operations can turn prepacked E2M1 words into bf16x2 A-fragment registers?
+"""How few instructions can turn prepacked E2M1 words into bf16x2 A-fragment registers?
 
 The dequantization (src/kernels/common/dequant_nvfp4.cuh) ANDs a 32-bit view of the weights
 with the mask M = 0x81C081C0: bits P = {6, 7, 8, 15, 22, 23, 24, 31} hold one value's
@@ -7,25 +7,29 @@ with the mask M = 0x81C081C0: bits P = {6, 7, 8, 15, 22, 23, 24, 31} hold one va
 in which register. This script bounds the instructions that any such layout needs, in this
 model of the SASS:
 
-- a view of the packed bits costs one instruction (SHF / SHF.*.W funnel shift or rotation, or
-  PRMT byte permute), except a packed word itself (free);
+- a view of the packed bits costs one instruction (a shift or rotation of one word, a funnel
+  shift across two, a PRMT byte permute), except a packed word itself (free);
 - a register made of one view costs one LOP3 (the mask); a register whose bits come from k
   views ("pieces") costs k LOP3 ((x & A) | t takes one LOP3 per further piece).
 
 Cost = pieces + views that are not a packed word; pieces >= registers and pieces >= views. A
 view may feed several registers on disjoint slots, but a register of one piece takes all eight
-of its view's slots, so only registers of two or more pieces can share a view; in the cases
-below 17 instructions that either merges two pieces into one or makes every view feed all eight
-slots, i.e. a tiling.
+of its view's slots, so only registers of two or more pieces can share a view; below the costs
+searched here that either merges two pieces into one or makes every view feed all eight slots,
+i.e. a tiling.
 
 One word (8 values, 4 registers): four views tiling the word would cost 4 + 3 = 7; none exist,
-so a layout needs >= 5 views and 5 pieces: 9, which the kernels' layout reaches.
-Two words (16 values, 8 registers, views of the 64-bit pair): eight tiling views (14 or 15) do
-not exist either; 16 needs nine views with both words among them, seven whole and two halves of
-one register, which the three cases below rule out; and a layout of 17 exists (printed). So two
-words laid out together save at most half an instruction per 8 values (9 -> 8.5).
+so a layout needs >= 5 views and 5 pieces: 9, which the kernels' layout reaches (its SASS: 5
+LOP3 and 2 SHF on the ALU pipe, 2 IMAD.SHL on the FMA pipe).
+Two words (16 values, 8 registers): eight views tiling the pair (14 to 16) do not exist either;
+16 needs nine views with both words among them, seven whole and two halves of one register.
+The three cases below enumerate all such layouts: there are some, and every one of them puts
+all 16 instructions on the ALU pipe - none of its views is a left shift of one word that no
+used slot wraps (IMAD.SHL). So per word a pair takes 8 ALU-pipe instructions where the word
+layout takes 7 and 2 on the FMA pipe; tools/dequant_overlap.cu times one (docs/PERFORMANCE.md:
+slower in both families' loops).
 
-Runs in seconds; standard library only. Exit status 0 when every bound holds.
+Runs in seconds; standard library only. Exit status 0 when every claim above holds.
 """
 import itertools
 import sys
@@ -34,26 +38,36 @@ P = [6, 7, 8, 15, 22, 23, 24, 31]
 
 
 def views(nbits):
-    """Every distinct view of an nbits-wide packed group: slot p of the register reads packed bit
-    view[p]. Rotations (funnel shifts) and byte permutes; the packed words themselves are free."""
+    """Every distinct view of an nbits-wide packed group (one word or a pair): slot p of the
+    register reads packed bit view[p]. Returns (mask, bits, name)."""
     out = {}
 
-    def add(bits, cost, name):
+    def add(bits, name):
         if len(set(bits)) == len(bits):
-            key = tuple(bits)
-            if key not in out or out[key][0] > cost:
-                out[key] = (cost, name)
+            out.setdefault(tuple(bits), name)
 
-    for o in range(nbits):
-        add([(p + o) % nbits for p in P], 0 if o % 32 == 0 else 1, f"rot{o}")
+    for o in range(nbits):  # rotations of the group (funnel shifts for a pair); o = 0, 32: a word
+        add([(p + o) % nbits for p in P], f"rot{o}")
+    for w in range(nbits // 32):  # rotations of one word of the pair, left by k
+        for k in range(1, 32):
+            add([32 * w + (p - k) % 32 for p in P], f"w{w}rotl{k}")
     for sel in itertools.product(range(nbits // 8), repeat=4):
-        add([8 * sel[p // 8] + p % 8 for p in P], 1, "prmt" + "".join(map(str, sel)))
-    return [(sum(1 << b for b in bits), bits, cost, name) for bits, (cost, name) in out.items()]
+        add([8 * sel[p // 8] + p % 8 for p in P], "prmt" + "".join(map(str, sel)))
+    return [(sum(1 << b for b in bits), bits, name) for bits, name in out.items()]
+
+
+def on_fma_pipe(view, slots):
+    """A left shift of one word by k that no used slot wraps: IMAD.SHL, not the ALU pipe."""
+    name = view[2]
+    if "rotl" not in name:
+        return False
+    k = int(name.split("rotl")[1])
+    return all(P[s] >= k for s in slots)
 
 
 def exact_covers(nbits, cands, start, k, leftover):
     """Sets of k whole views from cands, disjoint from `start` and each other, that leave exactly
-    `leftover` bits of the group uncovered. Yields (uncovered mask, names)."""
+    `leftover` bits of the group uncovered. Yields (uncovered mask, views)."""
     full = (1 << nbits) - 1
     bybit = [[v for v in cands if v[0] >> b & 1] for b in range(nbits)]
     chosen = []
@@ -68,7 +82,7 @@ def exact_covers(nbits, cands, start, k, leftover):
         if len(chosen) < k:
             for v in bybit[b]:
                 if not v[0] & (cov | rest):
-                    chosen.append(v[3])
+                    chosen.append(v)
                     yield from rec(cov | v[0], rest, nrest)
                     chosen.pop()
         if nrest < leftover:
@@ -78,8 +92,8 @@ def exact_covers(nbits, cands, start, k, leftover):
 
 
 def two_piece(rest, va, vb):
-    """The slot split X (slots from vb) for which va and vb together make exactly the bits
-    `rest`, or None."""
+    """Every slot split x (slots from vb; the others from va) for which va and vb together make
+    exactly the bits `rest`."""
     for x in range(1, 255):
         img = 0
         for s in range(8):
@@ -89,54 +103,56 @@ def two_piece(rest, va, vb):
             img |= 1 << bit
         else:
             if img == rest:
-                return x
-    return None
+                yield x
 
 
 def main():
     ok = True
-    # One word.
     v32 = views(32)
     tilings = list(exact_covers(32, v32, 0, 4, 0))
     print(f"one word: {len(v32)} views, {len(tilings)} tilings by 4 views -> >= 9 instructions per 8 values")
     ok &= not tilings
 
-    # Two words.
     v64 = views(64)
     tilings = list(exact_covers(64, v64, 0, 8, 0))
     print(f"two words: {len(v64)} views, {len(tilings)} tilings by 8 views -> >= 16 per 16 values")
     ok &= not tilings
-    w0 = next(v for v in v64 if v[3] == "rot0")
-    w1 = next(v for v in v64 if v[3] == "rot32")
-    others = [v for v in v64 if v[3] not in ("rot0", "rot32")]
-    found16 = 0
+    w0 = next(v for v in v64 if v[2] == "rot0")
+    w1 = next(v for v in v64 if v[2] == "rot32")
+    others = [v for v in v64 if v[2] not in ("rot0", "rot32")]
+    layouts = []  # (whole views, (view, slots) pieces)
+
+    def slots(x, bit):
+        return [s for s in range(8) if (x >> s & 1) == bit]
+
     # Both words halves of one register, seven whole views around it.
     for x in range(1, 255):
         half = sum(1 << (w1[1][s] if x >> s & 1 else w0[1][s]) for s in range(8))
-        found16 += sum(1 for _ in exact_covers(64, others, half, 7, 0))
+        for _, whole in exact_covers(64, others, half, 7, 0):
+            layouts.append((whole, [(w0, slots(x, 0)), (w1, slots(x, 1))]))
     # One word whole, the other a half (with one more view) of the register the 8 bits left make.
-    for whole, half_word in ((w0, w1), (w1, w0)):
-        for rest, names in exact_covers(64, others, whole[0], 6, 8):
-            found16 += any(two_piece(rest, half_word, vb) for vb in others if vb[3] not in names)
+    for whole_word, half_word in ((w0, w1), (w1, w0)):
+        for rest, whole in exact_covers(64, others, whole_word[0], 6, 8):
+            for vb in others:
+                if vb not in whole:
+                    for x in two_piece(rest, half_word, vb):
+                        layouts.append(([whole_word] + whole, [(half_word, slots(x, 0)), (vb, slots(x, 1))]))
     # Both words whole, five more whole views, two more views making the last register.
-    for rest, names in exact_covers(64, others, w0[0] | w1[0], 5, 8):
-        cands = [v for v in others if v[3] not in names and v[0] & rest]
-        found16 += any(two_piece(rest, va, vb) for va in cands for vb in cands if va is not vb)
-    print(f"two words: {found16} layouts of 16 instructions -> >= 17 per 16 values")
-    ok &= found16 == 0
-
-    # A layout of 17: seven whole views (7 SHF/PRMT + 7 LOP3), the last register from word 1
-    # and one byte permute (1 PRMT + 2 LOP3).
-    whole = ["rot42", "rot36", "rot46", "prmt5173", "rot4", "rot10", "rot14"]
-    byname = {v[3]: v for v in v64}
-    cov = 0
-    for name in whole:
-        assert not cov & byname[name][0]
-        cov |= byname[name][0]
-    rest = ~cov & (1 << 64) - 1
-    x = two_piece(rest, w1, byname["prmt1032"])
-    print(f"two words: {' '.join(whole)} + (rot32 | prmt1032 on slots {x:08b}): 17 instructions")
-    ok &= x is not None
+    for rest, whole in exact_covers(64, others, w0[0] | w1[0], 5, 8):
+        cands = [v for v in others if v not in whole and v[0] & rest]
+        for va in cands:
+            for vb in cands:
+                if va is not vb:
+                    for x in two_piece(rest, va, vb):
+                        layouts.append(([w0, w1] + whole, [(va, slots(x, 0)), (vb, slots(x, 1))]))
+    fma = [sum(on_fma_pipe(v, range(8)) for v in whole) + sum(on_fma_pipe(v, s) for v, s in pieces)
+           for whole, pieces in layouts]
+    print(f"two words: {len(layouts)} layouts of 16 instructions, {sum(f > 0 for f in fma)} with any IMAD.SHL view")
+    ok &= len(layouts) > 0 and not any(fma)
+    if layouts:
+        whole, pieces = layouts[0]
+        desc = " ".join(v[2] for v in whole)
+        print(f"  e.g. {desc} + ({pieces[0][0][2]} on slots {pieces[0][1]} | {pieces[1][0][2]} on slots {pieces[1][1]})")
     return 0 if ok else 1
 
 

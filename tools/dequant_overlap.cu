@@ -13,6 +13,7 @@
 //     dequant+mma    dequant_a_fragment (dequant_nvfp4.cuh) feeding each MMA
 //     mma+7alu       the MMAs, and 7 ALU operations a word on registers the MMAs do not read
 //     dequant+2mma   the 16-token tile: dequant_a_fragment feeding two MMAs (two n8 tiles)
+//     pair dequant+mma  dequant+mma with the two-word layout below (fp4x16_to_bf16x2_raw)
 //   prefill family (wgmma m64nNk16, A from registers: four consumer warpgroups of 64 rows in a
 //   CTA of 512 threads, one 64-K chunk = 4 words a lane and 4 wgmma a warpgroup, two fragment
 //   buffers with one group in flight, as in sm90_w4a16_wgmma_grouped_gemm.cuh):
@@ -22,6 +23,7 @@
 //     dequant        the dequantization alone
 //     dequant>wgmma  the dequantization feeding the wgmma (what the kernels do)
 //     dequant beside both, the wgmma reading the two fixed fragment sets instead
+//     pair alone, pair>wgmma   dequant and dequant>wgmma with the two-word layout
 //   and the same loop with W warpgroups of S sets of 64 rows each (S wgmma per k step sharing
 //   its B tile, one commit group a chunk): 4 x 1 (the kernels'), 2 x 2 and 2 x 1, the wgmma
 //   alone and fed by the dequantization, in cycles per 256 rows x 64 K
@@ -46,9 +48,43 @@ using namespace fp4moe::kernels;
 namespace ptx = fp4moe::ptx;
 namespace sm90 = fp4moe::ptx::sm90;
 
+// A layout over two words (scripts/fp4_layout_search.py finds 512 such of 16 instructions per 16
+// values, against 9 per 8 for dequant_nvfp4.cuh's one word): eight views of the pair - the two
+// words as halves of one register, a byte permute, five rotations of one word and a funnel shift
+// across both - each masked once. Timing only (the prepacker does not write it): 16 ALU-pipe
+// instructions a pair, where the word layout takes 7 ALU-pipe and 2 IMAD.SHL a word.
+__device__ __forceinline__ void fp4x16_to_bf16x2_raw(uint32_t w0, uint32_t w1, uint32_t (&r)[8]) {
+  constexpr uint32_t kMask = 0x81C081C0u, kFromW1 = 0x01800180u;  // slots 7, 8, 23, 24 of r[0]
+  r[0] = (w0 & (kMask & ~kFromW1)) | (w1 & kFromW1);
+  r[1] = __byte_perm(w0, w1, 0x0725) & kMask;
+  r[2] = __funnelshift_l(w0, w0, 14) & kMask;
+  r[3] = __funnelshift_l(w0, w0, 20) & kMask;
+  r[4] = __funnelshift_l(w0, w0, 10) & kMask;
+  r[5] = __funnelshift_l(w1, w1, 22) & kMask;
+  r[6] = __funnelshift_l(w1, w1, 12) & kMask;
+  r[7] = __funnelshift_r(w0, w1, 30) & kMask;
+}
+__device__ __forceinline__ void dequant_a_fragment_pair(uint32_t w0, uint32_t w1, uint32_t scales,
+                                                        uint32_t (&a0)[4], uint32_t (&a1)[4]) {
+  uint32_t raw[8];
+  fp4x16_to_bf16x2_raw(w0, w1, raw);
+  a0[0] = bf16x2_mul_lo(raw[0], scales);
+  a0[1] = bf16x2_mul_hi(raw[1], scales);
+  a0[2] = bf16x2_mul_lo(raw[2], scales);
+  a0[3] = bf16x2_mul_hi(raw[3], scales);
+  a1[0] = bf16x2_mul_lo(raw[4], scales);
+  a1[1] = bf16x2_mul_hi(raw[5], scales);
+  a1[2] = bf16x2_mul_lo(raw[6], scales);
+  a1[3] = bf16x2_mul_hi(raw[7], scales);
+}
+__device__ __forceinline__ void dequant_a_fragments_pair(uint4 w, uint32_t scales, uint32_t (&a)[4][4]) {
+  dequant_a_fragment_pair(w.x, w.y, scales, a[0], a[1]);
+  dequant_a_fragment_pair(w.z, w.w, scales, a[2], a[3]);
+}
+
 // Each CTA writes its elapsed clock64 cycles to cycles[blockIdx.x] and a checksum of its
 // accumulators to sink (so that no computation is dead code).
-enum class Mma { kAlone, kDequant, kBesideAlu, kDequantTwo };
+enum class Mma { kAlone, kDequant, kBesideAlu, kDequantTwo, kDequantPair };
 
 constexpr int kWordsSmem = 1024;  // uint4 of weight words in shared memory (16 KB)
 
@@ -74,25 +110,37 @@ __global__ void __launch_bounds__(128) mma_loop(const uint4* src, int iters, lon
         aw[r] = words[(base + c * 8 + r * 128) & (kWordsSmem - 1)];
         sc[r] = ue5m3_pair_to_bf16x2_scaled<0>(scale_word + c + r);
       }
+      if constexpr (kV == Mma::kDequantPair) {  // steps 2h, 2h + 1 of each row tile from one pair
 #pragma unroll
-      for (int s = 0; s < 4; ++s)
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const uint32_t w = s == 0 ? aw[r].x : s == 1 ? aw[r].y : s == 2 ? aw[r].z : aw[r].w;
-          uint32_t a[4];
-          if constexpr (kV == Mma::kDequant || kV == Mma::kDequantTwo) {
-            dequant_a_fragment(w, sc[r], a);
-          } else {
-            a[0] = a[1] = a[2] = a[3] = w;
+          for (int r = 0; r < 2; ++r) {
+            uint32_t a0[4], a1[4];
+            dequant_a_fragment_pair(h == 0 ? aw[r].x : aw[r].z, h == 0 ? aw[r].y : aw[r].w, sc[r], a0, a1);
+            ptx::mma_bf16_m16n8k16(acc[r], a0, b0, b1);
+            ptx::mma_bf16_m16n8k16(acc[r], a1, b0, b1);
           }
-          if constexpr (kV == Mma::kBesideAlu) {
+      } else {
 #pragma unroll
-            for (int q = 0; q < 7; ++q)
-              asm volatile("lop3.b32 %0, %0, %1, %2, 0x96;\n" : "+r"(side[q & 3]) : "r"(sc[r]), "r"(w));
+        for (int s = 0; s < 4; ++s)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const uint32_t w = s == 0 ? aw[r].x : s == 1 ? aw[r].y : s == 2 ? aw[r].z : aw[r].w;
+            uint32_t a[4];
+            if constexpr (kV == Mma::kDequant || kV == Mma::kDequantTwo) {
+              dequant_a_fragment(w, sc[r], a);
+            } else {
+              a[0] = a[1] = a[2] = a[3] = w;
+            }
+            if constexpr (kV == Mma::kBesideAlu) {
+#pragma unroll
+              for (int q = 0; q < 7; ++q)
+                asm volatile("lop3.b32 %0, %0, %1, %2, 0x96;\n" : "+r"(side[q & 3]) : "r"(sc[r]), "r"(w));
+            }
+            ptx::mma_bf16_m16n8k16(acc[r], a, b0, b1);
+            if constexpr (kV == Mma::kDequantTwo) ptx::mma_bf16_m16n8k16(acc_n1[r], a, b2, b3);
           }
-          ptx::mma_bf16_m16n8k16(acc[r], a, b0, b1);
-          if constexpr (kV == Mma::kDequantTwo) ptx::mma_bf16_m16n8k16(acc_n1[r], a, b2, b3);
-        }
+      }
     }
   }
   const long long t1 = clock64();
@@ -105,7 +153,7 @@ __global__ void __launch_bounds__(128) mma_loop(const uint4* src, int iters, lon
   if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
 }
 
-enum class Wg { kAlone, kAluNewA, kAluFixedA, kDequantAlone, kDequantFeeds, kDequantBeside };
+enum class Wg { kAlone, kAluNewA, kAluFixedA, kDequantAlone, kDequantFeeds, kDequantBeside, kPairAlone, kPairFeeds };
 
 // The wgmma loops' operands: kWordsSmem weight words into dynamic shared memory, then
 // (1024-aligned, 16 KB after the aligned base) a B tile of kN token rows x 128 B; the words, the
@@ -126,10 +174,24 @@ __device__ __forceinline__ WgmmaOperands stage_wgmma_operands(const uint4* src) 
   return {words, sm90::wgmma_desc_lo_k_sw128(b_tile), src[(threadIdx.x & 31) + 32].z};
 }
 
+// Stores a lane's 16 fragment registers to dst unless off: what makes them live where no wgmma
+// reads them.
+__device__ __forceinline__ void keep_fragments(const uint32_t (&f)[4][4], float* dst, int off) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.eq.s32 p, %1, 0;\n"
+      " @p st.global.v4.b32 [%0], {%2, %3, %4, %5};\n @p st.global.v4.b32 [%0+16], {%6, %7, %8, %9};\n"
+      " @p st.global.v4.b32 [%0+32], {%10, %11, %12, %13};\n @p st.global.v4.b32 [%0+48], {%14, %15, %16, %17};\n}\n"
+      :
+      : "l"(dst), "r"(off), "r"(f[0][0]), "r"(f[0][1]), "r"(f[0][2]), "r"(f[0][3]), "r"(f[1][0]), "r"(f[1][1]),
+        "r"(f[1][2]), "r"(f[1][3]), "r"(f[2][0]), "r"(f[2][1]), "r"(f[2][2]), "r"(f[2][3]), "r"(f[3][0]),
+        "r"(f[3][1]), "r"(f[3][2]), "r"(f[3][3])
+      : "memory");
+}
+
 // 4 warpgroups; each chunk: 4 words a lane -> 16 A registers -> 4 wgmma m64nNk16 on a B tile
 // of N tokens x 64 K in shared memory (128-byte swizzle).
 template <Wg kV, int kN>
-__global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters, int never, long long* cycles,
+__global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters, int off, long long* cycles,
                                                       float* sink) {
   const auto [words, desc_lo, scale_word] = stage_wgmma_operands<kN>(src);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -167,18 +229,20 @@ __global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters
 #pragma unroll
         for (int k = 0; k < 32; ++k)
           asm volatile("lop3.b32 %0, %0, %1, 0x00010001, 0x96;\n" : "+r"(side[k & 7]) : "r"(sc));
+      } else if constexpr (kV == Wg::kPairAlone || kV == Wg::kPairFeeds) {
+        dequant_a_fragments_pair(w, sc, frag[b]);
       } else {
         dequant_a_fragments(w, sc, frag[b]);
       }
-      if constexpr (kV == Wg::kDequantAlone || kV == Wg::kDequantBeside) {
-        if (it == never) {  // keeps the dequantization alive where no wgmma reads it
-#pragma unroll
-          for (int s = 0; s < 4; ++s)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) sink[threadIdx.x * 16 + s * 4 + q] = __uint_as_float(frag[b][s][q]);
-        }
+      if constexpr (kV == Wg::kDequantAlone || kV == Wg::kDequantBeside || kV == Wg::kPairAlone) {
+        // Keeps every chunk's dequantization where no wgmma reads it: four predicated stores of
+        // the 16 fragment registers in one asm, never executed (off = 1) but issued, so that
+        // the loop pays one ISETP and four STG a chunk for them. A store under a never-taken
+        // branch did not keep it: ptxas moved the second chunk of each iteration into that
+        // branch, and the loop ran half the dequantization it was timed for.
+        keep_fragments(frag[b], sink + threadIdx.x * 16, off);
       }
-      if constexpr (kV != Wg::kDequantAlone) {
+      if constexpr (kV != Wg::kDequantAlone && kV != Wg::kPairAlone) {
         constexpr bool kFixed = kV == Wg::kDequantBeside || kV == Wg::kAluNewA || kV == Wg::kAluFixedA;
         sm90::wgmma_fence_operands(acc);
         sm90::wgmma_fence();
@@ -196,7 +260,7 @@ __global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters
       }
     }
   }
-  if constexpr (kV != Wg::kDequantAlone) sm90::wgmma_wait<0>();
+  if constexpr (kV != Wg::kDequantAlone && kV != Wg::kPairAlone) sm90::wgmma_wait<0>();
   const long long t1 = clock64();
   float sum = 0.f;
   for (float v : acc) sum += v;
@@ -305,7 +369,7 @@ long long run_wgmma_kernel(const Buffers& b, Kernel kernel, int threads, int ite
 template <Wg kV, int kN>
 double wgmma_cycles_per_chunk(const Buffers& b) {
   constexpr int kIters = 20000;
-  return static_cast<double>(run_wgmma_kernel<kN>(b, wgmma_loop<kV, kN>, 512, kIters, -1)) / kIters;
+  return static_cast<double>(run_wgmma_kernel<kN>(b, wgmma_loop<kV, kN>, 512, kIters, 1)) / kIters;
 }
 
 // Cycles per 256 rows x 64 K (the four-warpgroup loop's chunk) of the row-set loop, one CTA an SM.
@@ -326,10 +390,11 @@ void wgmma_sets_row(const Buffers& b) {
 
 template <int kN>
 void wgmma_row(const Buffers& b) {
-  std::printf("| %3d | %5.0f | %9.0f | %11.0f | %7.0f | %13.0f | %13.0f |\n", kN, wgmma_cycles_per_chunk<Wg::kAlone, kN>(b),
-              wgmma_cycles_per_chunk<Wg::kAluNewA, kN>(b), wgmma_cycles_per_chunk<Wg::kAluFixedA, kN>(b),
-              wgmma_cycles_per_chunk<Wg::kDequantAlone, kN>(b), wgmma_cycles_per_chunk<Wg::kDequantFeeds, kN>(b),
-              wgmma_cycles_per_chunk<Wg::kDequantBeside, kN>(b));
+  std::printf("| %3d | %5.0f | %9.0f | %11.0f | %7.0f | %13.0f | %13.0f | %10.0f | %10.0f |\n", kN,
+              wgmma_cycles_per_chunk<Wg::kAlone, kN>(b), wgmma_cycles_per_chunk<Wg::kAluNewA, kN>(b),
+              wgmma_cycles_per_chunk<Wg::kAluFixedA, kN>(b), wgmma_cycles_per_chunk<Wg::kDequantAlone, kN>(b),
+              wgmma_cycles_per_chunk<Wg::kDequantFeeds, kN>(b), wgmma_cycles_per_chunk<Wg::kDequantBeside, kN>(b),
+              wgmma_cycles_per_chunk<Wg::kPairAlone, kN>(b), wgmma_cycles_per_chunk<Wg::kPairFeeds, kN>(b));
 }
 
 int run_all() {
@@ -353,13 +418,14 @@ int run_all() {
   FP4MOE_CUDA_CHECK(cudaMemcpy(b.src, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
 
   std::printf("decode family, mma.sync m16n8k16: cycles per weight word and warp on one scheduler\n\n");
-  std::printf("| CTAs per SM | mma | dequant+mma | mma+7alu | dequant+2mma |\n|---|---|---|---|---|\n");
+  std::printf("| CTAs per SM | mma | dequant+mma | mma+7alu | dequant+2mma | pair dequant+mma |\n|---|---|---|---|---|---|\n");
   for (int ctas : {2, 3, 4})
-    std::printf("| %d | %.1f | %.1f | %.1f | %.1f |\n", ctas, mma_cycles_per_word<Mma::kAlone>(b, ctas),
+    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f |\n", ctas, mma_cycles_per_word<Mma::kAlone>(b, ctas),
                 mma_cycles_per_word<Mma::kDequant>(b, ctas), mma_cycles_per_word<Mma::kBesideAlu>(b, ctas),
-                mma_cycles_per_word<Mma::kDequantTwo>(b, ctas));
+                mma_cycles_per_word<Mma::kDequantTwo>(b, ctas), mma_cycles_per_word<Mma::kDequantPair>(b, ctas));
   std::printf("\nprefill family, wgmma m64nNk16 (A from registers), 4 consumer warpgroups: cycles per 64-K chunk\n\n");
-  std::printf("| N | wgmma | +alu newA | +alu fixedA | dequant | dequant>wgmma | dequant beside |\n|---|---|---|---|---|---|---|\n");
+  std::printf("| N | wgmma | +alu newA | +alu fixedA | dequant | dequant>wgmma | dequant beside | pair alone | pair>wgmma |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
   wgmma_row<8>(b);
   wgmma_row<16>(b);
   wgmma_row<24>(b);

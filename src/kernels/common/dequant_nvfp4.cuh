@@ -25,10 +25,10 @@
 // pieces; with reg0 unshifted, three layouts do it in two, this is one of them: 9 LOP3 / SHF /
 // IMAD.SHL per 8 values (ptxas, sm_90a) against 11 for a layout of shifts only (three pieces)
 // and 16 for the plain nibble order. In the decode family a word feeds one MMA (8-token tiles), so
-// these instructions are most of what the SM issues per MMA. Two words laid out together (funnel
-// shifts and byte permutes of the pair) take 17 per 16 values at best, not 16
-// (scripts/fp4_layout_search.py bounds both): half an instruction a word, a quarter of what the
-// step from 11 to 9 measured (docs/PERFORMANCE.md, decode section), so the layout stays per word.
+// these instructions are most of what the SM issues per MMA. Two words laid out together take 16
+// per 16 values at best (scripts/fp4_layout_search.py bounds both), one fewer a word, but all on
+// the ALU pipe, where this layout puts 7 there and 2 (IMAD.SHL) on the FMA pipe; timed in
+// tools/dequant_overlap.cu, such a pair was slower in both families' loops (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>
