@@ -14,6 +14,7 @@
 //     mma+7alu       the MMAs, and 7 ALU operations a word on registers the MMAs do not read
 //     dequant+2mma   the 16-token tile: dequant_a_fragment feeding two MMAs (two n8 tiles)
 //     pair dequant+mma  dequant+mma with the two-word layout below (fp4x16_to_bf16x2_raw)
+//     fma dequant+mma   dequant+mma with the word layout's rotation and right shift as IMAD
 //   prefill family (wgmma m64nNk16, A from registers: four consumer warpgroups of 64 rows in a
 //   CTA of 512 threads, one 64-K chunk = 4 words a lane and 4 wgmma a warpgroup, two fragment
 //   buffers with one group in flight, as in sm90_w4a16_wgmma_grouped_gemm.cuh):
@@ -24,6 +25,7 @@
 //     dequant>wgmma  the dequantization feeding the wgmma (what the kernels do)
 //     dequant beside both, the wgmma reading the two fixed fragment sets instead
 //     pair alone, pair>wgmma   dequant and dequant>wgmma with the two-word layout
+//     fma alone, fma>wgmma     the same with the word layout's FMA-pipe views
 //   and the same loop with W warpgroups of S sets of 64 rows each (S wgmma per k step sharing
 //   its B tile, one commit group a chunk): 4 x 1 (the kernels'), 2 x 2 and 2 x 1, the wgmma
 //   alone and fed by the dequantization, in cycles per 256 rows x 64 K
@@ -77,14 +79,51 @@ __device__ __forceinline__ void dequant_a_fragment_pair(uint32_t w0, uint32_t w1
   a1[2] = bf16x2_mul_lo(raw[6], scales);
   a1[3] = bf16x2_mul_hi(raw[7], scales);
 }
-__device__ __forceinline__ void dequant_a_fragments_pair(uint4 w, uint32_t scales, uint32_t (&a)[4][4]) {
-  dequant_a_fragment_pair(w.x, w.y, scales, a[0], a[1]);
-  dequant_a_fragment_pair(w.z, w.w, scales, a[2], a[3]);
+
+// The kernels' word layout (the same bits as fp4x8_to_bf16x2_raw) with two of its views moved
+// from the ALU pipe to the FMA pipe: the rotation by 10 as the two halves of one IMAD.WIDE.U32
+// (w * 2^10: w << 10 and w >> 22, ORed inside the masking LOP3) instead of SHF.L.W, and the
+// shift right by 2 as IMAD.HI.U32 (w * 2^30) instead of SHF.R. The same count of instructions,
+// five of them on the ALU pipe where there were seven (ptxas picks SHF or IMAD.SHL for the two
+// left shifts itself).
+__device__ __forceinline__ void fp4x8_to_bf16x2_raw_fma(uint32_t w, uint32_t (&r)[4]) {
+  constexpr uint32_t kMask = 0x81C081C0u;
+  uint64_t w10;
+  asm("mul.wide.u32 %0, %1, 1024;\n" : "=l"(w10) : "r"(w));
+  r[0] = w & kMask;
+  r[1] = (w << 4) & kMask;
+  r[2] = (static_cast<uint32_t>(w10) | static_cast<uint32_t>(w10 >> 32)) & kMask;
+  r[3] = ((w << 6) & 0x80C080C0u) | (__umulhi(w, 1u << 30) & 0x01000100u);
+}
+__device__ __forceinline__ void dequant_a_fragment_fma(uint32_t w, uint32_t scales, uint32_t (&a)[4]) {
+  uint32_t raw[4];
+  fp4x8_to_bf16x2_raw_fma(w, raw);
+  a[0] = bf16x2_mul_lo(raw[0], scales);
+  a[1] = bf16x2_mul_hi(raw[1], scales);
+  a[2] = bf16x2_mul_lo(raw[2], scales);
+  a[3] = bf16x2_mul_hi(raw[3], scales);
+}
+
+// A 64-K chunk of a lane (four words) into its 16 fragment registers, in one of the three layouts.
+enum class Layout { kWord, kWordFma, kPair };
+template <Layout kL>
+__device__ __forceinline__ void dequant_chunk(uint4 w, uint32_t scales, uint32_t (&a)[4][4]) {
+  if constexpr (kL == Layout::kPair) {
+    dequant_a_fragment_pair(w.x, w.y, scales, a[0], a[1]);
+    dequant_a_fragment_pair(w.z, w.w, scales, a[2], a[3]);
+  } else if constexpr (kL == Layout::kWordFma) {
+    dequant_a_fragment_fma(w.x, scales, a[0]);
+    dequant_a_fragment_fma(w.y, scales, a[1]);
+    dequant_a_fragment_fma(w.z, scales, a[2]);
+    dequant_a_fragment_fma(w.w, scales, a[3]);
+  } else {
+    dequant_a_fragments(w, scales, a);
+  }
 }
 
 // Each CTA writes its elapsed clock64 cycles to cycles[blockIdx.x] and a checksum of its
 // accumulators to sink (so that no computation is dead code).
-enum class Mma { kAlone, kDequant, kBesideAlu, kDequantTwo, kDequantPair };
+enum class Mma { kAlone, kDequant, kBesideAlu, kDequantTwo, kDequantPair, kDequantFma };
 
 constexpr int kWordsSmem = 1024;  // uint4 of weight words in shared memory (16 KB)
 
@@ -129,6 +168,8 @@ __global__ void __launch_bounds__(128) mma_loop(const uint4* src, int iters, lon
             uint32_t a[4];
             if constexpr (kV == Mma::kDequant || kV == Mma::kDequantTwo) {
               dequant_a_fragment(w, sc[r], a);
+            } else if constexpr (kV == Mma::kDequantFma) {
+              dequant_a_fragment_fma(w, sc[r], a);
             } else {
               a[0] = a[1] = a[2] = a[3] = w;
             }
@@ -153,7 +194,19 @@ __global__ void __launch_bounds__(128) mma_loop(const uint4* src, int iters, lon
   if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
 }
 
-enum class Wg { kAlone, kAluNewA, kAluFixedA, kDequantAlone, kDequantFeeds, kDequantBeside, kPairAlone, kPairFeeds };
+enum class Wg {
+  kAlone,
+  kAluNewA,
+  kAluFixedA,
+  kDequantAlone,
+  kDequantFeeds,
+  kDequantBeside,
+  kPairAlone,
+  kPairFeeds,
+  kFmaAlone,
+  kFmaFeeds
+};
+constexpr bool dequant_only(Wg v) { return v == Wg::kDequantAlone || v == Wg::kPairAlone || v == Wg::kFmaAlone; }
 
 // The wgmma loops' operands: kWordsSmem weight words into dynamic shared memory, then
 // (1024-aligned, 16 KB after the aligned base) a B tile of kN token rows x 128 B; the words, the
@@ -230,11 +283,13 @@ __global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters
         for (int k = 0; k < 32; ++k)
           asm volatile("lop3.b32 %0, %0, %1, 0x00010001, 0x96;\n" : "+r"(side[k & 7]) : "r"(sc));
       } else if constexpr (kV == Wg::kPairAlone || kV == Wg::kPairFeeds) {
-        dequant_a_fragments_pair(w, sc, frag[b]);
+        dequant_chunk<Layout::kPair>(w, sc, frag[b]);
+      } else if constexpr (kV == Wg::kFmaAlone || kV == Wg::kFmaFeeds) {
+        dequant_chunk<Layout::kWordFma>(w, sc, frag[b]);
       } else {
-        dequant_a_fragments(w, sc, frag[b]);
+        dequant_chunk<Layout::kWord>(w, sc, frag[b]);
       }
-      if constexpr (kV == Wg::kDequantAlone || kV == Wg::kDequantBeside || kV == Wg::kPairAlone) {
+      if constexpr (dequant_only(kV) || kV == Wg::kDequantBeside) {
         // Keeps every chunk's dequantization where no wgmma reads it: four predicated stores of
         // the 16 fragment registers in one asm, never executed (off = 1) but issued, so that
         // the loop pays one ISETP and four STG a chunk for them. A store under a never-taken
@@ -242,7 +297,7 @@ __global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters
         // branch, and the loop ran half the dequantization it was timed for.
         keep_fragments(frag[b], sink + threadIdx.x * 16, off);
       }
-      if constexpr (kV != Wg::kDequantAlone && kV != Wg::kPairAlone) {
+      if constexpr (!dequant_only(kV)) {
         constexpr bool kFixed = kV == Wg::kDequantBeside || kV == Wg::kAluNewA || kV == Wg::kAluFixedA;
         sm90::wgmma_fence_operands(acc);
         sm90::wgmma_fence();
@@ -260,7 +315,7 @@ __global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters
       }
     }
   }
-  if constexpr (kV != Wg::kDequantAlone && kV != Wg::kPairAlone) sm90::wgmma_wait<0>();
+  if constexpr (!dequant_only(kV)) sm90::wgmma_wait<0>();
   const long long t1 = clock64();
   float sum = 0.f;
   for (float v : acc) sum += v;
@@ -390,11 +445,12 @@ void wgmma_sets_row(const Buffers& b) {
 
 template <int kN>
 void wgmma_row(const Buffers& b) {
-  std::printf("| %3d | %5.0f | %9.0f | %11.0f | %7.0f | %13.0f | %13.0f | %10.0f | %10.0f |\n", kN,
+  std::printf("| %3d | %5.0f | %9.0f | %11.0f | %7.0f | %13.0f | %13.0f | %10.0f | %10.0f | %9.0f | %9.0f |\n", kN,
               wgmma_cycles_per_chunk<Wg::kAlone, kN>(b), wgmma_cycles_per_chunk<Wg::kAluNewA, kN>(b),
               wgmma_cycles_per_chunk<Wg::kAluFixedA, kN>(b), wgmma_cycles_per_chunk<Wg::kDequantAlone, kN>(b),
               wgmma_cycles_per_chunk<Wg::kDequantFeeds, kN>(b), wgmma_cycles_per_chunk<Wg::kDequantBeside, kN>(b),
-              wgmma_cycles_per_chunk<Wg::kPairAlone, kN>(b), wgmma_cycles_per_chunk<Wg::kPairFeeds, kN>(b));
+              wgmma_cycles_per_chunk<Wg::kPairAlone, kN>(b), wgmma_cycles_per_chunk<Wg::kPairFeeds, kN>(b),
+              wgmma_cycles_per_chunk<Wg::kFmaAlone, kN>(b), wgmma_cycles_per_chunk<Wg::kFmaFeeds, kN>(b));
 }
 
 int run_all() {
@@ -418,14 +474,17 @@ int run_all() {
   FP4MOE_CUDA_CHECK(cudaMemcpy(b.src, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
 
   std::printf("decode family, mma.sync m16n8k16: cycles per weight word and warp on one scheduler\n\n");
-  std::printf("| CTAs per SM | mma | dequant+mma | mma+7alu | dequant+2mma | pair dequant+mma |\n|---|---|---|---|---|---|\n");
+  std::printf("| CTAs per SM | mma | dequant+mma | mma+7alu | dequant+2mma | pair dequant+mma | fma dequant+mma |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
   for (int ctas : {2, 3, 4})
-    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f |\n", ctas, mma_cycles_per_word<Mma::kAlone>(b, ctas),
+    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", ctas, mma_cycles_per_word<Mma::kAlone>(b, ctas),
                 mma_cycles_per_word<Mma::kDequant>(b, ctas), mma_cycles_per_word<Mma::kBesideAlu>(b, ctas),
-                mma_cycles_per_word<Mma::kDequantTwo>(b, ctas), mma_cycles_per_word<Mma::kDequantPair>(b, ctas));
+                mma_cycles_per_word<Mma::kDequantTwo>(b, ctas), mma_cycles_per_word<Mma::kDequantPair>(b, ctas),
+                mma_cycles_per_word<Mma::kDequantFma>(b, ctas));
   std::printf("\nprefill family, wgmma m64nNk16 (A from registers), 4 consumer warpgroups: cycles per 64-K chunk\n\n");
-  std::printf("| N | wgmma | +alu newA | +alu fixedA | dequant | dequant>wgmma | dequant beside | pair alone | pair>wgmma |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| N | wgmma | +alu newA | +alu fixedA | dequant | dequant>wgmma | dequant beside | pair alone | pair>wgmma |"
+              " fma alone | fma>wgmma |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   wgmma_row<8>(b);
   wgmma_row<16>(b);
   wgmma_row<24>(b);

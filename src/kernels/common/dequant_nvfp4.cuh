@@ -28,7 +28,8 @@
 // these instructions are most of what the SM issues per MMA. Two words laid out together take 16
 // per 16 values at best (scripts/fp4_layout_search.py bounds both), one fewer a word, but all on
 // the ALU pipe, where this layout puts 7 there and 2 (IMAD.SHL) on the FMA pipe; timed in
-// tools/dequant_overlap.cu, such a pair was slower in both families' loops (docs/PERFORMANCE.md).
+// tools/dequant_overlap.cu, such a pair was slower in both families' loops, and this layout with
+// its rotation and right shift as IMAD.WIDE / IMAD.HI slower still (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cuda_bf16.h>
