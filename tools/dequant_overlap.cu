@@ -8,13 +8,12 @@
 // variants hand them.
 //
 //   decode family (mma.sync m16n8k16, the 8-token tile: 4 warps a CTA, two row tiles a warp,
-//   one 32-bit word of FP4 weights a MMA):
+//   one 32-bit word of FP4 weights a MMA, two words dequantized together as mma_half_chunk.cuh):
 //     mma            the MMAs alone, A = the word itself (register copies)
-//     dequant+mma    dequant_a_fragment (dequant_nvfp4.cuh) feeding each MMA
+//     dequant+mma    dequant_a_fragment_pair (dequant_nvfp4.cuh) feeding each pair of MMAs
 //     mma+7alu       the MMAs, and 7 ALU operations a word on registers the MMAs do not read
-//     dequant+2mma   the 16-token tile: dequant_a_fragment feeding two MMAs (two n8 tiles)
-//     pair dequant+mma  dequant+mma with the two-word layout below (fp4x16_to_bf16x2_raw)
-//     fma dequant+mma   dequant+mma with the word layout's rotation and right shift as IMAD
+//     dequant+2mma   the 16-token tile: the dequantization feeding two MMAs a word (two n8 tiles)
+//     word / word-fma / all-alu pair dequant+mma   dequant+mma in the other layouts below
 //   prefill family (wgmma m64nNk16, A from registers: four consumer warpgroups of 64 rows in a
 //   CTA of 512 threads, one 64-K chunk = 4 words a lane and 4 wgmma a warpgroup, two fragment
 //   buffers with one group in flight, as in sm90_w4a16_wgmma_grouped_gemm.cuh):
@@ -24,8 +23,7 @@
 //     dequant        the dequantization alone
 //     dequant>wgmma  the dequantization feeding the wgmma (what the kernels do)
 //     dequant beside both, the wgmma reading the two fixed fragment sets instead
-//     pair alone, pair>wgmma   dequant and dequant>wgmma with the two-word layout
-//     fma alone, fma>wgmma     the same with the word layout's FMA-pipe views
+//     word / word-fma / all-alu pair alone and >wgmma   dequant, dequant>wgmma in the other layouts
 //   and the same loop with W warpgroups of S sets of 64 rows each (S wgmma per k step sharing
 //   its B tile, one commit group a chunk): 4 x 1 (the kernels'), 2 x 2 and 2 x 1, the wgmma
 //   alone and fed by the dequantization, in cycles per 256 rows x 64 K
@@ -50,43 +48,25 @@ using namespace fp4moe::kernels;
 namespace ptx = fp4moe::ptx;
 namespace sm90 = fp4moe::ptx::sm90;
 
-// A layout over two words (scripts/fp4_layout_search.py finds 512 such of 16 instructions per 16
-// values, against 9 per 8 for dequant_nvfp4.cuh's one word): eight views of the pair - the two
-// words as halves of one register, a byte permute, five rotations of one word and a funnel shift
-// across both - each masked once. Timing only (the prepacker does not write it): 16 ALU-pipe
-// instructions a pair, where the word layout takes 7 ALU-pipe and 2 IMAD.SHL a word.
-__device__ __forceinline__ void fp4x16_to_bf16x2_raw(uint32_t w0, uint32_t w1, uint32_t (&r)[8]) {
-  constexpr uint32_t kMask = 0x81C081C0u, kFromW1 = 0x01800180u;  // slots 7, 8, 23, 24 of r[0]
-  r[0] = (w0 & (kMask & ~kFromW1)) | (w1 & kFromW1);
-  r[1] = __byte_perm(w0, w1, 0x0725) & kMask;
-  r[2] = __funnelshift_l(w0, w0, 14) & kMask;
-  r[3] = __funnelshift_l(w0, w0, 20) & kMask;
-  r[4] = __funnelshift_l(w0, w0, 10) & kMask;
-  r[5] = __funnelshift_l(w1, w1, 22) & kMask;
-  r[6] = __funnelshift_l(w1, w1, 12) & kMask;
-  r[7] = __funnelshift_r(w0, w1, 30) & kMask;
-}
-__device__ __forceinline__ void dequant_a_fragment_pair(uint32_t w0, uint32_t w1, uint32_t scales,
-                                                        uint32_t (&a0)[4], uint32_t (&a1)[4]) {
-  uint32_t raw[8];
-  fp4x16_to_bf16x2_raw(w0, w1, raw);
-  a0[0] = bf16x2_mul_lo(raw[0], scales);
-  a0[1] = bf16x2_mul_hi(raw[1], scales);
-  a0[2] = bf16x2_mul_lo(raw[2], scales);
-  a0[3] = bf16x2_mul_hi(raw[3], scales);
-  a1[0] = bf16x2_mul_lo(raw[4], scales);
-  a1[1] = bf16x2_mul_hi(raw[5], scales);
-  a1[2] = bf16x2_mul_lo(raw[6], scales);
-  a1[3] = bf16x2_mul_hi(raw[7], scales);
-}
+// The kernels' layout (dequant_nvfp4.cuh: a word pair, 16 instructions per 16 values, 13 of them
+// on the ALU pipe) against three others, timing only (the prepacker writes only the kernels'):
+//   kWord     the layout before it: each word alone, 9 instructions per 8 values (5 LOP3, SHF.L.W,
+//             SHF.R on the ALU pipe, two left shifts that ptxas issues as IMAD.SHL)
+//   kWordFma  the same bits with the rotation by 10 as both halves of one IMAD.WIDE.U32 (w * 2^10,
+//             ORed inside the masking LOP3) and the shift right by 2 as IMAD.HI.U32 (w * 2^30):
+//             as many instructions, two fewer on the ALU pipe
+//   kPairAlu  a word pair of 16 instructions whose views are all ALU-pipe ones (a byte permute,
+//             five rotations of one word, a funnel shift across both: scripts/fp4_layout_search.py)
+enum class Layout { kKernels, kWord, kWordFma, kPairAlu };
 
-// The kernels' word layout (the same bits as fp4x8_to_bf16x2_raw) with two of its views moved
-// from the ALU pipe to the FMA pipe: the rotation by 10 as the two halves of one IMAD.WIDE.U32
-// (w * 2^10: w << 10 and w >> 22, ORed inside the masking LOP3) instead of SHF.L.W, and the
-// shift right by 2 as IMAD.HI.U32 (w * 2^30) instead of SHF.R. The same count of instructions,
-// five of them on the ALU pipe where there were seven (ptxas picks SHF or IMAD.SHL for the two
-// left shifts itself).
-__device__ __forceinline__ void fp4x8_to_bf16x2_raw_fma(uint32_t w, uint32_t (&r)[4]) {
+__device__ __forceinline__ void word_raw(uint32_t w, uint32_t* r) {
+  constexpr uint32_t kMask = 0x81C081C0u;
+  r[0] = w & kMask;
+  r[1] = (w << 4) & kMask;
+  r[2] = __funnelshift_l(w, w, 10) & kMask;
+  r[3] = ((w << 6) & 0x80C080C0u) | ((w >> 2) & 0x01000100u);
+}
+__device__ __forceinline__ void word_fma_raw(uint32_t w, uint32_t* r) {
   constexpr uint32_t kMask = 0x81C081C0u;
   uint64_t w10;
   asm("mul.wide.u32 %0, %1, 1024;\n" : "=l"(w10) : "r"(w));
@@ -95,35 +75,58 @@ __device__ __forceinline__ void fp4x8_to_bf16x2_raw_fma(uint32_t w, uint32_t (&r
   r[2] = (static_cast<uint32_t>(w10) | static_cast<uint32_t>(w10 >> 32)) & kMask;
   r[3] = ((w << 6) & 0x80C080C0u) | (__umulhi(w, 1u << 30) & 0x01000100u);
 }
-__device__ __forceinline__ void dequant_a_fragment_fma(uint32_t w, uint32_t scales, uint32_t (&a)[4]) {
-  uint32_t raw[4];
-  fp4x8_to_bf16x2_raw_fma(w, raw);
-  a[0] = bf16x2_mul_lo(raw[0], scales);
-  a[1] = bf16x2_mul_hi(raw[1], scales);
-  a[2] = bf16x2_mul_lo(raw[2], scales);
-  a[3] = bf16x2_mul_hi(raw[3], scales);
+__device__ __forceinline__ void pair_alu_raw(uint32_t w0, uint32_t w1, uint32_t (&r)[8]) {
+  constexpr uint32_t kMask = 0x81C081C0u;
+  r[0] = (w0 & 0x80408040u) | (w1 & 0x01800180u);
+  r[1] = __byte_perm(w0, w1, 0x0725) & kMask;
+  r[2] = __funnelshift_l(w0, w0, 14) & kMask;
+  r[3] = __funnelshift_l(w0, w0, 20) & kMask;
+  r[4] = __funnelshift_l(w0, w0, 10) & kMask;
+  r[5] = __funnelshift_l(w1, w1, 22) & kMask;
+  r[6] = __funnelshift_l(w1, w1, 12) & kMask;
+  r[7] = __funnelshift_r(w0, w1, 30) & kMask;
 }
 
-// A 64-K chunk of a lane (four words) into its 16 fragment registers, in one of the three layouts.
-enum class Layout { kWord, kWordFma, kPair };
+// Steps 2h and 2h + 1 (words w0, w1) into their A fragments in layout kL, scaled as the kernels do.
+template <Layout kL>
+__device__ __forceinline__ void dequant_pair(uint32_t w0, uint32_t w1, uint32_t scales, uint32_t (&a0)[4],
+                                             uint32_t (&a1)[4]) {
+  if constexpr (kL == Layout::kKernels) {
+    dequant_a_fragment_pair(w0, w1, scales, a0, a1);
+  } else {
+    uint32_t raw[8];
+    if constexpr (kL == Layout::kWord) {
+      word_raw(w0, raw);
+      word_raw(w1, raw + 4);
+    } else if constexpr (kL == Layout::kWordFma) {
+      word_fma_raw(w0, raw);
+      word_fma_raw(w1, raw + 4);
+    } else {
+      pair_alu_raw(w0, w1, raw);
+    }
+    a0[0] = bf16x2_mul_lo(raw[0], scales);
+    a0[1] = bf16x2_mul_hi(raw[1], scales);
+    a0[2] = bf16x2_mul_lo(raw[2], scales);
+    a0[3] = bf16x2_mul_hi(raw[3], scales);
+    a1[0] = bf16x2_mul_lo(raw[4], scales);
+    a1[1] = bf16x2_mul_hi(raw[5], scales);
+    a1[2] = bf16x2_mul_lo(raw[6], scales);
+    a1[3] = bf16x2_mul_hi(raw[7], scales);
+  }
+}
 template <Layout kL>
 __device__ __forceinline__ void dequant_chunk(uint4 w, uint32_t scales, uint32_t (&a)[4][4]) {
-  if constexpr (kL == Layout::kPair) {
-    dequant_a_fragment_pair(w.x, w.y, scales, a[0], a[1]);
-    dequant_a_fragment_pair(w.z, w.w, scales, a[2], a[3]);
-  } else if constexpr (kL == Layout::kWordFma) {
-    dequant_a_fragment_fma(w.x, scales, a[0]);
-    dequant_a_fragment_fma(w.y, scales, a[1]);
-    dequant_a_fragment_fma(w.z, scales, a[2]);
-    dequant_a_fragment_fma(w.w, scales, a[3]);
-  } else {
-    dequant_a_fragments(w, scales, a);
-  }
+  dequant_pair<kL>(w.x, w.y, scales, a[0], a[1]);
+  dequant_pair<kL>(w.z, w.w, scales, a[2], a[3]);
 }
 
 // Each CTA writes its elapsed clock64 cycles to cycles[blockIdx.x] and a checksum of its
 // accumulators to sink (so that no computation is dead code).
-enum class Mma { kAlone, kDequant, kBesideAlu, kDequantTwo, kDequantPair, kDequantFma };
+enum class Mma { kAlone, kBesideAlu, kDequant, kDequantTwo, kWord, kWordFma, kPairAlu };
+constexpr Layout layout_of(Mma v) {
+  return v == Mma::kWord ? Layout::kWord : v == Mma::kWordFma ? Layout::kWordFma
+                                         : v == Mma::kPairAlu ? Layout::kPairAlu : Layout::kKernels;
+}
 
 constexpr int kWordsSmem = 1024;  // uint4 of weight words in shared memory (16 KB)
 
@@ -149,37 +152,31 @@ __global__ void __launch_bounds__(128) mma_loop(const uint4* src, int iters, lon
         aw[r] = words[(base + c * 8 + r * 128) & (kWordsSmem - 1)];
         sc[r] = ue5m3_pair_to_bf16x2_scaled<0>(scale_word + c + r);
       }
-      if constexpr (kV == Mma::kDequantPair) {  // steps 2h, 2h + 1 of each row tile from one pair
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            uint32_t a0[4], a1[4];
-            dequant_a_fragment_pair(h == 0 ? aw[r].x : aw[r].z, h == 0 ? aw[r].y : aw[r].w, sc[r], a0, a1);
-            ptx::mma_bf16_m16n8k16(acc[r], a0, b0, b1);
-            ptx::mma_bf16_m16n8k16(acc[r], a1, b0, b1);
-          }
-      } else {
+      if constexpr (kV == Mma::kAlone || kV == Mma::kBesideAlu) {  // A = the word itself
 #pragma unroll
         for (int s = 0; s < 4; ++s)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const uint32_t w = s == 0 ? aw[r].x : s == 1 ? aw[r].y : s == 2 ? aw[r].z : aw[r].w;
-            uint32_t a[4];
-            if constexpr (kV == Mma::kDequant || kV == Mma::kDequantTwo) {
-              dequant_a_fragment(w, sc[r], a);
-            } else if constexpr (kV == Mma::kDequantFma) {
-              dequant_a_fragment_fma(w, sc[r], a);
-            } else {
-              a[0] = a[1] = a[2] = a[3] = w;
-            }
+            const uint32_t a[4] = {w, w, w, w};
             if constexpr (kV == Mma::kBesideAlu) {
 #pragma unroll
               for (int q = 0; q < 7; ++q)
                 asm volatile("lop3.b32 %0, %0, %1, %2, 0x96;\n" : "+r"(side[q & 3]) : "r"(sc[r]), "r"(w));
             }
             ptx::mma_bf16_m16n8k16(acc[r], a, b0, b1);
-            if constexpr (kV == Mma::kDequantTwo) ptx::mma_bf16_m16n8k16(acc_n1[r], a, b2, b3);
+          }
+      } else {  // steps 2h, 2h + 1 of each row tile from one word pair, as mma_half_chunk.cuh
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            uint32_t a0[4], a1[4];
+            dequant_pair<layout_of(kV)>(h == 0 ? aw[r].x : aw[r].z, h == 0 ? aw[r].y : aw[r].w, sc[r], a0, a1);
+            ptx::mma_bf16_m16n8k16(acc[r], a0, b0, b1);
+            if constexpr (kV == Mma::kDequantTwo) ptx::mma_bf16_m16n8k16(acc_n1[r], a0, b2, b3);
+            ptx::mma_bf16_m16n8k16(acc[r], a1, b0, b1);
+            if constexpr (kV == Mma::kDequantTwo) ptx::mma_bf16_m16n8k16(acc_n1[r], a1, b2, b3);
           }
       }
     }
@@ -201,12 +198,22 @@ enum class Wg {
   kDequantAlone,
   kDequantFeeds,
   kDequantBeside,
-  kPairAlone,
-  kPairFeeds,
+  kWordAlone,
+  kWordFeeds,
+  kPairAluAlone,
+  kPairAluFeeds,
   kFmaAlone,
   kFmaFeeds
 };
-constexpr bool dequant_only(Wg v) { return v == Wg::kDequantAlone || v == Wg::kPairAlone || v == Wg::kFmaAlone; }
+constexpr bool dequant_only(Wg v) {
+  return v == Wg::kDequantAlone || v == Wg::kWordAlone || v == Wg::kPairAluAlone || v == Wg::kFmaAlone;
+}
+constexpr Layout layout_of(Wg v) {
+  return v == Wg::kWordAlone || v == Wg::kWordFeeds         ? Layout::kWord
+         : v == Wg::kPairAluAlone || v == Wg::kPairAluFeeds ? Layout::kPairAlu
+         : v == Wg::kFmaAlone || v == Wg::kFmaFeeds         ? Layout::kWordFma
+                                                            : Layout::kKernels;
+}
 
 // The wgmma loops' operands: kWordsSmem weight words into dynamic shared memory, then
 // (1024-aligned, 16 KB after the aligned base) a B tile of kN token rows x 128 B; the words, the
@@ -282,12 +289,8 @@ __global__ void __launch_bounds__(512, 1) wgmma_loop(const uint4* src, int iters
 #pragma unroll
         for (int k = 0; k < 32; ++k)
           asm volatile("lop3.b32 %0, %0, %1, 0x00010001, 0x96;\n" : "+r"(side[k & 7]) : "r"(sc));
-      } else if constexpr (kV == Wg::kPairAlone || kV == Wg::kPairFeeds) {
-        dequant_chunk<Layout::kPair>(w, sc, frag[b]);
-      } else if constexpr (kV == Wg::kFmaAlone || kV == Wg::kFmaFeeds) {
-        dequant_chunk<Layout::kWordFma>(w, sc, frag[b]);
       } else {
-        dequant_chunk<Layout::kWord>(w, sc, frag[b]);
+        dequant_chunk<layout_of(kV)>(w, sc, frag[b]);
       }
       if constexpr (dequant_only(kV) || kV == Wg::kDequantBeside) {
         // Keeps every chunk's dequantization where no wgmma reads it: four predicated stores of
@@ -445,11 +448,13 @@ void wgmma_sets_row(const Buffers& b) {
 
 template <int kN>
 void wgmma_row(const Buffers& b) {
-  std::printf("| %3d | %5.0f | %9.0f | %11.0f | %7.0f | %13.0f | %13.0f | %10.0f | %10.0f | %9.0f | %9.0f |\n", kN,
+  std::printf("| %3d | %5.0f | %9.0f | %11.0f | %7.0f | %13.0f | %13.0f | %10.0f | %10.0f | %9.0f | %9.0f | %9.0f | %9.0f |\n",
+              kN,
               wgmma_cycles_per_chunk<Wg::kAlone, kN>(b), wgmma_cycles_per_chunk<Wg::kAluNewA, kN>(b),
               wgmma_cycles_per_chunk<Wg::kAluFixedA, kN>(b), wgmma_cycles_per_chunk<Wg::kDequantAlone, kN>(b),
               wgmma_cycles_per_chunk<Wg::kDequantFeeds, kN>(b), wgmma_cycles_per_chunk<Wg::kDequantBeside, kN>(b),
-              wgmma_cycles_per_chunk<Wg::kPairAlone, kN>(b), wgmma_cycles_per_chunk<Wg::kPairFeeds, kN>(b),
+              wgmma_cycles_per_chunk<Wg::kWordAlone, kN>(b), wgmma_cycles_per_chunk<Wg::kWordFeeds, kN>(b),
+              wgmma_cycles_per_chunk<Wg::kPairAluAlone, kN>(b), wgmma_cycles_per_chunk<Wg::kPairAluFeeds, kN>(b),
               wgmma_cycles_per_chunk<Wg::kFmaAlone, kN>(b), wgmma_cycles_per_chunk<Wg::kFmaFeeds, kN>(b));
 }
 
@@ -474,17 +479,18 @@ int run_all() {
   FP4MOE_CUDA_CHECK(cudaMemcpy(b.src, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
 
   std::printf("decode family, mma.sync m16n8k16: cycles per weight word and warp on one scheduler\n\n");
-  std::printf("| CTAs per SM | mma | dequant+mma | mma+7alu | dequant+2mma | pair dequant+mma | fma dequant+mma |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("| CTAs per SM | mma | dequant+mma | mma+7alu | dequant+2mma | word dequant+mma | word-fma dequant+mma |"
+              " all-alu pair dequant+mma |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   for (int ctas : {2, 3, 4})
-    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", ctas, mma_cycles_per_word<Mma::kAlone>(b, ctas),
+    std::printf("| %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", ctas, mma_cycles_per_word<Mma::kAlone>(b, ctas),
                 mma_cycles_per_word<Mma::kDequant>(b, ctas), mma_cycles_per_word<Mma::kBesideAlu>(b, ctas),
-                mma_cycles_per_word<Mma::kDequantTwo>(b, ctas), mma_cycles_per_word<Mma::kDequantPair>(b, ctas),
-                mma_cycles_per_word<Mma::kDequantFma>(b, ctas));
+                mma_cycles_per_word<Mma::kDequantTwo>(b, ctas), mma_cycles_per_word<Mma::kWord>(b, ctas),
+                mma_cycles_per_word<Mma::kWordFma>(b, ctas), mma_cycles_per_word<Mma::kPairAlu>(b, ctas));
   std::printf("\nprefill family, wgmma m64nNk16 (A from registers), 4 consumer warpgroups: cycles per 64-K chunk\n\n");
-  std::printf("| N | wgmma | +alu newA | +alu fixedA | dequant | dequant>wgmma | dequant beside | pair alone | pair>wgmma |"
-              " fma alone | fma>wgmma |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| N | wgmma | +alu newA | +alu fixedA | dequant | dequant>wgmma | dequant beside | word alone | word>wgmma |"
+              " all-alu pair alone | all-alu pair>wgmma | word-fma alone | word-fma>wgmma |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   wgmma_row<8>(b);
   wgmma_row<16>(b);
   wgmma_row<24>(b);

@@ -68,12 +68,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Prepack,
 
 TEST(PrepackLayout, HandPickedElementsLandWhereTheLayoutSays) {
   // Row 9 (= g 1 + 8), K 70: kgroup 0, chunk 1 (64..127), t = (70-64)/16 = 0, step 1 (k0 68),
-  // offset 2 -> slot V6 (row g+8, k+2) of the word of lane 4g+t = 4.
+  // offset 2 -> slot V6 (row g+8, k+2) of step 1, i.e. V14 of the pair of steps 0 and 1 of lane
+  // 4g+t = 4: word 1 of the pair holds all four of its bits (dequant_nvfp4.cuh: 36 37 38 45).
   Nvfp4Matrix m = make_synthetic_nvfp4(16, 256, 1, 0, WeightInit::kRandomCodes);
   const kernels::Nvfp4View v{m.data.data(), m.block_scales.data()};
-  const uint32_t word = kernels::prepack_word(&v, 16, 256, false, 0, 0, 1, 4, 1);
+  const uint64_t pair = kernels::prepack_word(&v, 16, 256, false, 0, 0, 1, 4, 0) |
+                        uint64_t{kernels::prepack_word(&v, 16, 256, false, 0, 0, 1, 4, 1)} << 32;
   const uint32_t code = fp4_code_at(m.data.data(), 9 * 256 + 70);
-  EXPECT_EQ(word & kernels::fp4_word_place(0xF, 6), kernels::fp4_word_place(code, 6));
+  EXPECT_EQ(pair & kernels::fp4_pair_place(0xF, 14), kernels::fp4_pair_place(code, 14));
+  EXPECT_EQ(kernels::fp4_pair_place(0xF, 14), uint64_t{0x2070} << 32);
   // Its scale: block 70 / 16 = 4 = 4c + t with c = 1, t = 0: lane 4 byte 2c + 1 = 3.
   EXPECT_EQ(kernels::prepack_scale(&v, 16, 256, false, 0, 0, 4, 3),
             kernels::e4m3_to_ue5m3(m.block_scales[9 * 16 + 4]));
@@ -100,9 +103,12 @@ TEST(FragmentOrder, PutsEveryTokenElementInTheSlotOfItsWeightInTheWgmmaFragment)
       int found = 0;
       for (int lane = 0; lane < 32; ++lane)
         for (int step = 0; step < 4; ++step) {
-          const uint32_t word = kernels::prepack_word(&v, kRows, kK, false, 0, 0, 1, lane, step);
+          const int first = step & ~1;  // the word pair of steps first, first + 1
+          const uint64_t pair = kernels::prepack_word(&v, kRows, kK, false, 0, 0, 1, lane, first) |
+                                uint64_t{kernels::prepack_word(&v, kRows, kK, false, 0, 0, 1, lane, first + 1)} << 32;
           for (int slot_v = 0; slot_v < 8; ++slot_v) {
-            if ((word & kernels::fp4_word_place(0xF, slot_v)) != kernels::fp4_word_place(5, slot_v)) continue;
+            const int pv = 8 * (step & 1) + slot_v;  // the slot in the pair
+            if ((pair & kernels::fp4_pair_place(0xF, pv)) != kernels::fp4_pair_place(5, pv)) continue;
             ++found;
             const int g = lane >> 2, t = lane & 3, reg = slot_v / 2;
             EXPECT_EQ(r, g + ((reg & 1) ? 8 : 0)) << "row of slot " << slot_v;

@@ -13,23 +13,29 @@
 // normalized as (e + 9) << 3 | f - subnormal E4M3 scales become normal here, so that the bf16
 // of scale * 2^119 is  (code << 4) + (237 << 7)  (exponent e + 246 = (e + 9) + 237), two
 // instructions for a duplicated bf16x2 (PRMT, IMAD) instead of a float conversion.
-// Prepacked 32-bit word = 8 values V0..V7 -> the 4 bf16x2 registers of one m16n8k16
-// A-fragment step (reg0 = V0|V1, reg1 = V2|V3, reg2 = V4|V5, reg3 = V6|V7; low half = first).
-// Bit positions of each value's (m, e0, e1, s) in the word:
-//   V0  6  7  8 15 | V1 22 23 24 31      reg0 = w & M                      (M = 0x81C081C0)
-//   V2  2  3  4 11 | V3 18 19 20 27      reg1 = (w << 4) & M
-//   V4 28 29 30  5 | V5 12 13 14 21      reg2 = rotl(w, 10) & M
-//   V6  0  1 10  9 | V7 16 17 26 25      reg3 = (w << 6 & 0x80C080C0) | (w >> 2 & 0x01000100)
-// Every bit of the word is used once. No four shifts or rotations of the pattern M tile 32
-// bits (a search over all of them, and over byte permutes, says so), so one register takes two
-// pieces; with reg0 unshifted, three layouts do it in two, this is one of them: 9 LOP3 / SHF /
-// IMAD.SHL per 8 values (ptxas, sm_90a) against 11 for a layout of shifts only (three pieces)
-// and 16 for the plain nibble order. In the decode family a word feeds one MMA (8-token tiles), so
-// these instructions are most of what the SM issues per MMA. Two words laid out together take 16
-// per 16 values at best (scripts/fp4_layout_search.py bounds both), one fewer a word, but all on
-// the ALU pipe, where this layout puts 7 there and 2 (IMAD.SHL) on the FMA pipe; timed in
-// tools/dequant_overlap.cu, such a pair was slower in both families' loops, and this layout with
-// its rotation and right shift as IMAD.WIDE / IMAD.HI slower still (docs/PERFORMANCE.md).
+// Prepacked words come in pairs: words 2h and 2h + 1 of a lane's chunk (MMA k steps 2h, 2h + 1)
+// hold 16 values V0..V15 that become the 8 bf16x2 registers of those two m16n8k16 A-fragment
+// steps (step 2h: reg0 = V0|V1, reg1 = V2|V3, reg2 = V4|V5, reg3 = V6|V7; step 2h + 1: reg4..7
+// = V8|V9 .. V14|V15; low half = first; reg 0, 2 rows g, reg 1, 3 rows g + 8, reg 0, 1 k +0,+1,
+// reg 2, 3 k +2,+3). Bit positions of each value's (m, e0, e1, s) in the pair (w0 = bits 0-31,
+// w1 = 32-63), and the one view of the pair each register masks with M = 0x81C081C0:
+//   V0   6 39 40 15 | V1  22 55 56 31    reg0 = (w0 & 0x80408040) | (w1 & 0x01800180)
+//   V2  46 47  0  7 | V3  62 63 16 23    reg1 = prmt(w0, w1, 0x2705) & M   (bytes 5 0 7 2)
+//   V4  24 25 26  1 | V5   8  9 10 17    reg2 = rotl(w0, 14) & M
+//   V6   2  3  4 11 | V7  18 19 20 27    reg3 = (w0 << 4) & M
+//   V8  28 29 30  5 | V9  12 13 14 21    reg4 = rotl(w0, 10) & M
+//   V10 32 33 34 41 | V11 48 49 50 57    reg5 = (w1 << 6) & M
+//   V12 58 59 60 35 | V13 42 43 44 51    reg6 = rotl(w1, 12) & M
+//   V14 36 37 38 45 | V15 52 53 54 61    reg7 = (w1 << 2) & M
+// Every bit of the pair is used once. 16 instructions per 16 values: 9 LOP3, 3 SHF.L.W and one
+// PRMT on the ALU pipe, the three left shifts free for ptxas to issue as IMAD.SHL on the FMA
+// pipe. A single word needs 9 per 8 values (7 ALU-pipe, 2 IMAD.SHL: the layout before this one),
+// and no pair does it in fewer than 16 nor with fewer than four ALU-pipe views
+// (scripts/fp4_layout_search.py). What bounds the loops is the ALU pipe together with issue:
+// in tools/dequant_overlap.cu (H200) this pair took 21.2-23.0 cycles a word with mma.sync
+// against 22.2-24.0 for the word layout, and 271 cycles a 64-K chunk of prefill dequantization
+// against 288, where a pair of all-ALU views (also 16 instructions) was slower than the word
+// layout (docs/PERFORMANCE.md, decode section).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -40,42 +46,49 @@ namespace fp4moe::kernels {
 
 inline constexpr float kDequantEpilogueFactor = 128.0f;  // 2^7
 
-// Value slot v (0..7) -> bit positions of (m, e0, e1, sign) in the prepacked word.
+// The bit of the word pair that register `reg` (0..7) reads at bit p (p in M), by its view above.
+__host__ __device__ constexpr int fp4_pair_view_bit(int reg, int p) {
+  switch (reg) {
+    case 0: return (0x80408040u >> p & 1u) ? p : 32 + p;
+    case 1: return 8 * ((0x2705 >> (4 * (p / 8))) & 7) + p % 8;
+    case 2: return (p + 32 - 14) % 32;
+    case 3: return p - 4;
+    case 4: return (p + 32 - 10) % 32;
+    case 5: return 32 + p - 6;
+    case 6: return 32 + (p + 32 - 12) % 32;
+    default: return 32 + p - 2;
+  }
+}
+
+// Value slot v (0..15) -> bit positions of (m, e0, e1, sign) in the prepacked word pair.
 struct Fp4BitSlot {
   int m, e0, e1, s;
 };
-__host__ __device__ constexpr Fp4BitSlot fp4_word_slot(int v) {
-  switch (v) {
-    case 0: return {6, 7, 8, 15};
-    case 1: return {22, 23, 24, 31};
-    case 2: return {2, 3, 4, 11};
-    case 3: return {18, 19, 20, 27};
-    case 4: return {28, 29, 30, 5};
-    case 5: return {12, 13, 14, 21};
-    case 6: return {0, 1, 10, 9};
-    default: return {16, 17, 26, 25};
-  }
+__host__ __device__ constexpr Fp4BitSlot fp4_pair_slot(int v) {
+  const int reg = v / 2, half = 16 * (v & 1);
+  return {fp4_pair_view_bit(reg, 6 + half), fp4_pair_view_bit(reg, 7 + half), fp4_pair_view_bit(reg, 8 + half),
+          fp4_pair_view_bit(reg, 15 + half)};
 }
 
-// The slots tile the word: each bit belongs to exactly one value.
-constexpr bool fp4_word_slots_tile() {
-  uint32_t seen = 0;
-  for (int v = 0; v < 8; ++v) {
-    const Fp4BitSlot p = fp4_word_slot(v);
+// The slots tile the pair: each bit belongs to exactly one value.
+constexpr bool fp4_pair_slots_tile() {
+  uint64_t seen = 0;
+  for (int v = 0; v < 16; ++v) {
+    const Fp4BitSlot p = fp4_pair_slot(v);
     for (int bit : {p.m, p.e0, p.e1, p.s}) {
-      if (seen >> bit & 1u) return false;
-      seen |= 1u << bit;
+      if (bit < 0 || bit > 63 || (seen >> bit & 1u)) return false;
+      seen |= uint64_t{1} << bit;
     }
   }
-  return seen == 0xFFFFFFFFu;
+  return seen == ~uint64_t{0};
 }
-static_assert(fp4_word_slots_tile());
+static_assert(fp4_pair_slots_tile());
 
-// Host and device: place E2M1 code `code` (s.e1.e0.m) into slot v of a prepacked word.
-__host__ __device__ constexpr uint32_t fp4_word_place(uint32_t code, int v) {
-  const Fp4BitSlot p = fp4_word_slot(v);
-  return ((code & 1u) << p.m) | (((code >> 1) & 1u) << p.e0) | (((code >> 2) & 1u) << p.e1) |
-         (((code >> 3) & 1u) << p.s);
+// Host and device: place E2M1 code `code` (s.e1.e0.m) into slot v of a prepacked word pair.
+__host__ __device__ constexpr uint64_t fp4_pair_place(uint32_t code, int v) {
+  const Fp4BitSlot p = fp4_pair_slot(v);
+  return (uint64_t{code & 1u} << p.m) | (uint64_t{(code >> 1) & 1u} << p.e0) |
+         (uint64_t{(code >> 2) & 1u} << p.e1) | (uint64_t{(code >> 3) & 1u} << p.s);
 }
 
 // E4M3 code (positive, finite) -> UE5M3 code (see above). Host and device (the prepacker).
@@ -90,13 +103,17 @@ __host__ __device__ constexpr uint8_t e4m3_to_ue5m3(uint8_t e4m3) {
 }
 
 #ifdef __CUDACC__
-// 8 prepacked E2M1 values -> 4 bf16x2 registers holding e2m1 * 2^-126.
-__device__ __forceinline__ void fp4x8_to_bf16x2_raw(uint32_t w, uint32_t (&r)[4]) {
+// A prepacked word pair (16 E2M1 values) -> 8 bf16x2 registers holding e2m1 * 2^-126.
+__device__ __forceinline__ void fp4x16_to_bf16x2_raw(uint32_t w0, uint32_t w1, uint32_t (&r)[8]) {
   constexpr uint32_t kMask = 0x81C081C0u;
-  r[0] = w & kMask;
-  r[1] = (w << 4) & kMask;
-  r[2] = __funnelshift_l(w, w, 10) & kMask;  // SHF.L.W: V4's bits wrap from the top
-  r[3] = ((w << 6) & 0x80C080C0u) | ((w >> 2) & 0x01000100u);  // V6/V7's e1 apart from the rest
+  r[0] = (w0 & 0x80408040u) | (w1 & 0x01800180u);
+  r[1] = __byte_perm(w0, w1, 0x2705) & kMask;
+  r[2] = __funnelshift_l(w0, w0, 14) & kMask;  // SHF.L.W: the rotations' low bits wrap from the top
+  r[3] = (w0 << 4) & kMask;
+  r[4] = __funnelshift_l(w0, w0, 10) & kMask;
+  r[5] = (w1 << 6) & kMask;
+  r[6] = __funnelshift_l(w1, w1, 12) & kMask;
+  r[7] = (w1 << 2) & kMask;
 }
 
 // Scale bytes 2p and 2p + 1 (pair p = 0, 1) of `word`, the UE5M3 codes of rows g and g+8 ->
@@ -142,24 +159,27 @@ __device__ __forceinline__ uint32_t chunk_scales(uint2 sc8, int c) {
   return (c & 1) ? ue5m3_pair_to_bf16x2_scaled<1>(word) : ue5m3_pair_to_bf16x2_scaled<0>(word);
 }
 
-// One A-fragment step: 8 values of a prepacked word, scaled by the row-g and row-(g+8) block
-// scales (the pair from ue5m3_pair_to_bf16x2_scaled).
-__device__ __forceinline__ void dequant_a_fragment(uint32_t w, uint32_t scales, uint32_t (&a)[4]) {
-  uint32_t raw[4];
-  fp4x8_to_bf16x2_raw(w, raw);
-  a[0] = bf16x2_mul_lo(raw[0], scales);  // row g,   k +0 +1
-  a[1] = bf16x2_mul_hi(raw[1], scales);  // row g+8, k +0 +1
-  a[2] = bf16x2_mul_lo(raw[2], scales);  // row g,   k +2 +3
-  a[3] = bf16x2_mul_hi(raw[3], scales);  // row g+8, k +2 +3
+// Two A-fragment steps (k steps 2h, 2h + 1) from a prepacked word pair, scaled by the row-g and
+// row-(g+8) block scales (the pair from ue5m3_pair_to_bf16x2_scaled).
+__device__ __forceinline__ void dequant_a_fragment_pair(uint32_t w0, uint32_t w1, uint32_t scales, uint32_t (&a0)[4],
+                                                        uint32_t (&a1)[4]) {
+  uint32_t raw[8];
+  fp4x16_to_bf16x2_raw(w0, w1, raw);
+  a0[0] = bf16x2_mul_lo(raw[0], scales);  // step 2h:     row g,   k +0 +1
+  a0[1] = bf16x2_mul_hi(raw[1], scales);  //              row g+8, k +0 +1
+  a0[2] = bf16x2_mul_lo(raw[2], scales);  //              row g,   k +2 +3
+  a0[3] = bf16x2_mul_hi(raw[3], scales);  //              row g+8, k +2 +3
+  a1[0] = bf16x2_mul_lo(raw[4], scales);  // step 2h + 1
+  a1[1] = bf16x2_mul_hi(raw[5], scales);
+  a1[2] = bf16x2_mul_lo(raw[6], scales);
+  a1[3] = bf16x2_mul_hi(raw[7], scales);
 }
 
 // A lane's 16-byte word group of a 64-K chunk (word s: k step s, in fragment order) as the A
 // fragments of the chunk's 4 k steps, all under the same pair of block scales.
 __device__ __forceinline__ void dequant_a_fragments(uint4 w, uint32_t scales, uint32_t (&a)[4][4]) {
-  dequant_a_fragment(w.x, scales, a[0]);
-  dequant_a_fragment(w.y, scales, a[1]);
-  dequant_a_fragment(w.z, scales, a[2]);
-  dequant_a_fragment(w.w, scales, a[3]);
+  dequant_a_fragment_pair(w.x, w.y, scales, a[0], a[1]);
+  dequant_a_fragment_pair(w.z, w.w, scales, a[2], a[3]);
 }
 #endif
 

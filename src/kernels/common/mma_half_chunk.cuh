@@ -18,19 +18,14 @@ template <int kRpw, int kNt>
 __device__ __forceinline__ void mma_half_chunk(float (&acc)[kRpw][kNt][4], const uint4 (&aw)[kRpw],
                                                const uint32_t (&sc)[kRpw], const uint4 (&b)[kNt], int h) {
 #pragma unroll
-  for (int s2 = 0; s2 < 2; ++s2) {
-    const int step = 2 * h + s2;
+  for (int r = 0; r < kRpw; ++r) {
+    // Steps 2h and 2h + 1 come from one word pair (dequant_nvfp4.cuh).
+    uint32_t a0[4], a1[4];
+    dequant_a_fragment_pair(h == 0 ? aw[r].x : aw[r].z, h == 0 ? aw[r].y : aw[r].w, sc[r], a0, a1);
 #pragma unroll
-    for (int r = 0; r < kRpw; ++r) {
-      const uint32_t w = step == 0 ? aw[r].x : step == 1 ? aw[r].y : step == 2 ? aw[r].z : aw[r].w;
-      uint32_t a[4];
-      dequant_a_fragment(w, sc[r], a);
+    for (int j = 0; j < kNt; ++j) ptx::mma_bf16_m16n8k16(acc[r][j], a0, b[j].x, b[j].y);
 #pragma unroll
-      for (int j = 0; j < kNt; ++j) {
-        if (s2 == 0) ptx::mma_bf16_m16n8k16(acc[r][j], a, b[j].x, b[j].y);
-        else ptx::mma_bf16_m16n8k16(acc[r][j], a, b[j].z, b[j].w);
-      }
-    }
+    for (int j = 0; j < kNt; ++j) ptx::mma_bf16_m16n8k16(acc[r][j], a1, b[j].z, b[j].w);
   }
 }
 

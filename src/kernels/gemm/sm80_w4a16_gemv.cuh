@@ -377,17 +377,13 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
         // where the token did not choose the group.
         const uint4 bv = brow ? ptx::ld_shared_v4(brow + c * 128 + h * 16) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-        for (int s2 = 0; s2 < 2; ++s2) {
-          const int step = 2 * h + s2;
-#pragma unroll
-          for (int r = 0; r < kRT; ++r) {
-            const uint4& w4 = S.w[r][c];
-            const uint32_t w = step == 0 ? w4.x : step == 1 ? w4.y : step == 2 ? w4.z : w4.w;
-            uint32_t af[4];
-            dequant_a_fragment(w, sc[r], af);
-            if (s2 == 0) ptx::mma_bf16_m16n8k16(tile[r], af, bv.x, bv.y);
-            else ptx::mma_bf16_m16n8k16(odd[r], af, bv.z, bv.w);
-          }
+        for (int r = 0; r < kRT; ++r) {
+          // Steps 2h and 2h + 1 come from one word pair (dequant_nvfp4.cuh).
+          const uint4& w4 = S.w[r][c];
+          uint32_t a0[4], a1[4];
+          dequant_a_fragment_pair(h == 0 ? w4.x : w4.z, h == 0 ? w4.y : w4.w, sc[r], a0, a1);
+          ptx::mma_bf16_m16n8k16(tile[r], a0, bv.x, bv.y);
+          ptx::mma_bf16_m16n8k16(odd[r], a1, bv.z, bv.w);
         }
       }
     }

@@ -11,8 +11,9 @@
 //             its block's codes, a zero scale zeroes them, so every prepacked scale is positive
 // Lane l = 4g + t holds, for 64-K chunk c and MMA step s, the 8 values
 //   rows {g, g+8} x k = 256*kgroup + 64c + 16t + 4s + {0,1,2,3}
-// in the word layout of dequant_nvfp4.cuh (V0 V1 = row g k+0,+1; V2 V3 = row g+8 k+0,+1;
-// V4 V5 = row g k+2,+3; V6 V7 = row g+8 k+2,+3), and the block scale of block
+// in the word pair layout of dequant_nvfp4.cuh (words 2h, 2h + 1 together: slots V0..V7 step 2h,
+// V8..V15 step 2h + 1; within a step V0 V1 = row g k+0,+1; V2 V3 = row g+8 k+0,+1; V4 V5 = row g
+// k+2,+3; V6 V7 = row g+8 k+2,+3), and the block scale of block
 // 16*kgroup + 4c + t of rows g and g+8. That is: the MMA's k slots are permuted so that each
 // lane's 16 values of a row fall into one 16-element block (one scale per row per chunk), and
 // the B operand (tokens) is read with the same permutation: 16 contiguous bytes per lane.
@@ -67,29 +68,33 @@ __host__ __device__ inline uint32_t view_code(const Nvfp4View& v, int64_t k, int
   return (col & 1) ? (b >> 4) : (b & 0xF);
 }
 
-// The prepacked word at (rowtile, kgroup, chunk c, lane, step s).
+// The prepacked word at (rowtile, kgroup, chunk c, lane, step s): its half of the pair of steps
+// s & ~1 and s | 1.
 __host__ __device__ inline uint32_t prepack_word(const Nvfp4View* src, int64_t src_rows, int64_t k,
                                                  bool interleave, int64_t rowtile, int64_t kgroup,
                                                  int c, int lane, int s) {
   const int g = lane >> 2, t = lane & 3;
-  const int64_t k0 = kgroup * 256 + 64 * c + 16 * t + 4 * s;
-  uint32_t word = 0;
-  for (int half = 0; half < 2; ++half) {  // row g, row g + 8
-    const SourceRow sr = prepack_source_row(rowtile * 16 + g + 8 * half, src_rows, interleave);
-    if (sr.row < 0) continue;
-    for (int i = 0; i < 4; ++i) {
-      const int64_t col = k0 + i;
-      if (col >= k) continue;
-      uint32_t code = view_code(src[sr.matrix], k, sr.row, col);
-      const uint8_t scale = src[sr.matrix].scales[sr.row * (k / 16) + col / 16];
-      if ((scale & 0x7F) == 0) code = 0;  // a zero block: exact zeros whatever the code
-      if (scale & 0x80) code ^= 0x8;      // a negative scale moves into the codes' signs
-      // V slot: k +0,+1 -> V0,V1 (row g) / V2,V3 (row g+8); k +2,+3 -> V4,V5 / V6,V7.
-      const int v = (i < 2 ? 0 : 4) + 2 * half + (i & 1);
-      word |= fp4_word_place(code, v);
+  uint64_t pair = 0;
+  for (int odd = 0; odd < 2; ++odd) {  // step s & ~1, then s | 1
+    const int64_t k0 = kgroup * 256 + 64 * c + 16 * t + 4 * ((s & ~1) + odd);
+    for (int half = 0; half < 2; ++half) {  // row g, row g + 8
+      const SourceRow sr = prepack_source_row(rowtile * 16 + g + 8 * half, src_rows, interleave);
+      if (sr.row < 0) continue;
+      for (int i = 0; i < 4; ++i) {
+        const int64_t col = k0 + i;
+        if (col >= k) continue;
+        uint32_t code = view_code(src[sr.matrix], k, sr.row, col);
+        const uint8_t scale = src[sr.matrix].scales[sr.row * (k / 16) + col / 16];
+        if ((scale & 0x7F) == 0) code = 0;  // a zero block: exact zeros whatever the code
+        if (scale & 0x80) code ^= 0x8;      // a negative scale moves into the codes' signs
+        // V slot: k +0,+1 -> V0,V1 (row g) / V2,V3 (row g+8); k +2,+3 -> V4,V5 / V6,V7; +8 for
+        // the odd step.
+        const int v = 8 * odd + (i < 2 ? 0 : 4) + 2 * half + (i & 1);
+        pair |= fp4_pair_place(code, v);
+      }
     }
   }
-  return word;
+  return static_cast<uint32_t>((s & 1) ? pair >> 32 : pair);
 }
 
 // Scale byte b (0..7) of lane `lane` at (rowtile, kgroup).
