@@ -34,6 +34,7 @@ Runs in seconds; standard library only. Exit status 0 when every claim above hol
 """
 import itertools
 import sys
+from collections import Counter
 
 P = [6, 7, 8, 15, 22, 23, 24, 31]
 
@@ -182,7 +183,6 @@ def main():
                     for x in two_piece(rest, va, vb):
                         layouts.append(([w0, w1] + whole, [(va, slots(x, 0)), (vb, slots(x, 1))]))
     alu = [alu_views(l) for l in layouts]
-    from collections import Counter
     print(f"two words: {len(layouts)} layouts of 16 instructions; ALU-pipe views: {sorted(Counter(alu).items())}")
     ok &= len(layouts) > 0 and min(alu) == 4
     if layouts:

@@ -87,13 +87,13 @@ __device__ __forceinline__ void pair_alu_raw(uint32_t w0, uint32_t w1, uint32_t 
   r[7] = __funnelshift_r(w0, w1, 30) & kMask;
 }
 
-// Steps 2h and 2h + 1 (words w0, w1) into their A fragments in layout kL, scaled as the kernels do.
+// Pair h (steps 2h, 2h + 1) of a lane's word group into its A fragments in layout kL, scaled as the kernels do.
 template <Layout kL>
-__device__ __forceinline__ void dequant_pair(uint32_t w0, uint32_t w1, uint32_t scales, uint32_t (&a0)[4],
-                                             uint32_t (&a1)[4]) {
+__device__ __forceinline__ void dequant_half(uint4 w, int h, uint32_t scales, uint32_t (&a0)[4], uint32_t (&a1)[4]) {
   if constexpr (kL == Layout::kKernels) {
-    dequant_a_fragment_pair(w0, w1, scales, a0, a1);
+    dequant_a_fragment_half(w, h, scales, a0, a1);
   } else {
+    const uint32_t w0 = h == 0 ? w.x : w.z, w1 = h == 0 ? w.y : w.w;
     uint32_t raw[8];
     if constexpr (kL == Layout::kWord) {
       word_raw(w0, raw);
@@ -104,20 +104,13 @@ __device__ __forceinline__ void dequant_pair(uint32_t w0, uint32_t w1, uint32_t 
     } else {
       pair_alu_raw(w0, w1, raw);
     }
-    a0[0] = bf16x2_mul_lo(raw[0], scales);
-    a0[1] = bf16x2_mul_hi(raw[1], scales);
-    a0[2] = bf16x2_mul_lo(raw[2], scales);
-    a0[3] = bf16x2_mul_hi(raw[3], scales);
-    a1[0] = bf16x2_mul_lo(raw[4], scales);
-    a1[1] = bf16x2_mul_hi(raw[5], scales);
-    a1[2] = bf16x2_mul_lo(raw[6], scales);
-    a1[3] = bf16x2_mul_hi(raw[7], scales);
+    scale_a_fragment_pair(raw, scales, a0, a1);
   }
 }
 template <Layout kL>
 __device__ __forceinline__ void dequant_chunk(uint4 w, uint32_t scales, uint32_t (&a)[4][4]) {
-  dequant_pair<kL>(w.x, w.y, scales, a[0], a[1]);
-  dequant_pair<kL>(w.z, w.w, scales, a[2], a[3]);
+  dequant_half<kL>(w, 0, scales, a[0], a[1]);
+  dequant_half<kL>(w, 1, scales, a[2], a[3]);
 }
 
 // Each CTA writes its elapsed clock64 cycles to cycles[blockIdx.x] and a checksum of its
@@ -172,7 +165,7 @@ __global__ void __launch_bounds__(128) mma_loop(const uint4* src, int iters, lon
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             uint32_t a0[4], a1[4];
-            dequant_pair<layout_of(kV)>(h == 0 ? aw[r].x : aw[r].z, h == 0 ? aw[r].y : aw[r].w, sc[r], a0, a1);
+            dequant_half<layout_of(kV)>(aw[r], h, sc[r], a0, a1);
             ptx::mma_bf16_m16n8k16(acc[r], a0, b0, b1);
             if constexpr (kV == Mma::kDequantTwo) ptx::mma_bf16_m16n8k16(acc_n1[r], a0, b2, b3);
             ptx::mma_bf16_m16n8k16(acc[r], a1, b0, b1);

@@ -159,12 +159,10 @@ __device__ __forceinline__ uint32_t chunk_scales(uint2 sc8, int c) {
   return (c & 1) ? ue5m3_pair_to_bf16x2_scaled<1>(word) : ue5m3_pair_to_bf16x2_scaled<0>(word);
 }
 
-// Two A-fragment steps (k steps 2h, 2h + 1) from a prepacked word pair, scaled by the row-g and
-// row-(g+8) block scales (the pair from ue5m3_pair_to_bf16x2_scaled).
-__device__ __forceinline__ void dequant_a_fragment_pair(uint32_t w0, uint32_t w1, uint32_t scales, uint32_t (&a0)[4],
-                                                        uint32_t (&a1)[4]) {
-  uint32_t raw[8];
-  fp4x16_to_bf16x2_raw(w0, w1, raw);
+// Eight raw registers (reg0..7 above) scaled by the row-g and row-(g+8) block scales (the pair
+// from ue5m3_pair_to_bf16x2_scaled) into the A fragments of k steps 2h (a0) and 2h + 1 (a1).
+__device__ __forceinline__ void scale_a_fragment_pair(const uint32_t (&raw)[8], uint32_t scales, uint32_t (&a0)[4],
+                                                      uint32_t (&a1)[4]) {
   a0[0] = bf16x2_mul_lo(raw[0], scales);  // step 2h:     row g,   k +0 +1
   a0[1] = bf16x2_mul_hi(raw[1], scales);  //              row g+8, k +0 +1
   a0[2] = bf16x2_mul_lo(raw[2], scales);  //              row g,   k +2 +3
@@ -175,11 +173,25 @@ __device__ __forceinline__ void dequant_a_fragment_pair(uint32_t w0, uint32_t w1
   a1[3] = bf16x2_mul_hi(raw[7], scales);
 }
 
-// A lane's 16-byte word group of a 64-K chunk (word s: k step s, in fragment order) as the A
-// fragments of the chunk's 4 k steps, all under the same pair of block scales.
+// Two A-fragment steps (k steps 2h, 2h + 1) from a prepacked word pair.
+__device__ __forceinline__ void dequant_a_fragment_pair(uint32_t w0, uint32_t w1, uint32_t scales, uint32_t (&a0)[4],
+                                                        uint32_t (&a1)[4]) {
+  uint32_t raw[8];
+  fp4x16_to_bf16x2_raw(w0, w1, raw);
+  scale_a_fragment_pair(raw, scales, a0, a1);
+}
+
+// Pair h (words 2h, 2h + 1) of a lane's 16-byte word group of a 64-K chunk (word s: k step s, in
+// fragment order). h is a compile-time constant in the callers' unrolled loops.
+__device__ __forceinline__ void dequant_a_fragment_half(uint4 w, int h, uint32_t scales, uint32_t (&a0)[4],
+                                                        uint32_t (&a1)[4]) {
+  dequant_a_fragment_pair(h == 0 ? w.x : w.z, h == 0 ? w.y : w.w, scales, a0, a1);
+}
+
+// The whole group as the A fragments of the chunk's 4 k steps, all under the same block scales.
 __device__ __forceinline__ void dequant_a_fragments(uint4 w, uint32_t scales, uint32_t (&a)[4][4]) {
-  dequant_a_fragment_pair(w.x, w.y, scales, a[0], a[1]);
-  dequant_a_fragment_pair(w.z, w.w, scales, a[2], a[3]);
+  dequant_a_fragment_half(w, 0, scales, a[0], a[1]);
+  dequant_a_fragment_half(w, 1, scales, a[2], a[3]);
 }
 #endif
 

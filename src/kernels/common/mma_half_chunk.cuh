@@ -21,7 +21,7 @@ __device__ __forceinline__ void mma_half_chunk(float (&acc)[kRpw][kNt][4], const
   for (int r = 0; r < kRpw; ++r) {
     // Steps 2h and 2h + 1 come from one word pair (dequant_nvfp4.cuh).
     uint32_t a0[4], a1[4];
-    dequant_a_fragment_pair(h == 0 ? aw[r].x : aw[r].z, h == 0 ? aw[r].y : aw[r].w, sc[r], a0, a1);
+    dequant_a_fragment_half(aw[r], h, sc[r], a0, a1);
 #pragma unroll
     for (int j = 0; j < kNt; ++j) ptx::mma_bf16_m16n8k16(acc[r][j], a0, b[j].x, b[j].y);
 #pragma unroll

@@ -379,9 +379,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
 #pragma unroll
         for (int r = 0; r < kRT; ++r) {
           // Steps 2h and 2h + 1 come from one word pair (dequant_nvfp4.cuh).
-          const uint4& w4 = S.w[r][c];
           uint32_t a0[4], a1[4];
-          dequant_a_fragment_pair(h == 0 ? w4.x : w4.z, h == 0 ? w4.y : w4.w, sc[r], a0, a1);
+          dequant_a_fragment_half(S.w[r][c], h, sc[r], a0, a1);
           ptx::mma_bf16_m16n8k16(tile[r], a0, bv.x, bv.y);
           ptx::mma_bf16_m16n8k16(odd[r], a1, bv.z, bv.w);
         }

@@ -68,15 +68,15 @@ __host__ __device__ inline uint32_t view_code(const Nvfp4View& v, int64_t k, int
   return (col & 1) ? (b >> 4) : (b & 0xF);
 }
 
-// The prepacked word at (rowtile, kgroup, chunk c, lane, step s): its half of the pair of steps
-// s & ~1 and s | 1.
-__host__ __device__ inline uint32_t prepack_word(const Nvfp4View* src, int64_t src_rows, int64_t k,
+// The prepacked word pair at (rowtile, kgroup, chunk c, lane, pair h): the words of steps 2h
+// (low 32 bits) and 2h + 1.
+__host__ __device__ inline uint64_t prepack_pair(const Nvfp4View* src, int64_t src_rows, int64_t k,
                                                  bool interleave, int64_t rowtile, int64_t kgroup,
-                                                 int c, int lane, int s) {
+                                                 int c, int lane, int h) {
   const int g = lane >> 2, t = lane & 3;
   uint64_t pair = 0;
-  for (int odd = 0; odd < 2; ++odd) {  // step s & ~1, then s | 1
-    const int64_t k0 = kgroup * 256 + 64 * c + 16 * t + 4 * ((s & ~1) + odd);
+  for (int odd = 0; odd < 2; ++odd) {  // step 2h, then 2h + 1
+    const int64_t k0 = kgroup * 256 + 64 * c + 16 * t + 4 * (2 * h + odd);
     for (int half = 0; half < 2; ++half) {  // row g, row g + 8
       const SourceRow sr = prepack_source_row(rowtile * 16 + g + 8 * half, src_rows, interleave);
       if (sr.row < 0) continue;
@@ -94,6 +94,14 @@ __host__ __device__ inline uint32_t prepack_word(const Nvfp4View* src, int64_t s
       }
     }
   }
+  return pair;
+}
+
+// The prepacked word at (rowtile, kgroup, chunk c, lane, step s): its half of pair s / 2.
+__host__ __device__ inline uint32_t prepack_word(const Nvfp4View* src, int64_t src_rows, int64_t k,
+                                                 bool interleave, int64_t rowtile, int64_t kgroup,
+                                                 int c, int lane, int s) {
+  const uint64_t pair = prepack_pair(src, src_rows, k, interleave, rowtile, kgroup, c, lane, s >> 1);
   return static_cast<uint32_t>((s & 1) ? pair >> 32 : pair);
 }
 

@@ -9,17 +9,19 @@
 namespace fp4moe::kernels {
 namespace {
 
-__global__ void prepack_words(Nvfp4View m0, Nvfp4View m1, int64_t src_rows, int64_t k,
-                              bool interleave, PrepackShape shape, uint32_t* out) {
-  const int64_t words = shape.weight_bytes() / 4;
+// One word pair a thread: its 16 values land in both words (dequant_nvfp4.cuh).
+__global__ void prepack_pairs(Nvfp4View m0, Nvfp4View m1, int64_t src_rows, int64_t k,
+                              bool interleave, PrepackShape shape, uint2* out) {
+  const int64_t pairs = shape.weight_bytes() / 8;
   const Nvfp4View src[2] = {m0, m1};
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < words;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < pairs;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    // i = ((kgroup * rowtiles + rowtile) * 4 + c) * 128 + lane * 4 + s
-    const int s = i & 3, lane = (i >> 2) & 31, c = (i >> 7) & 3;
-    const int64_t blk = i >> 9;
+    // i = ((kgroup * rowtiles + rowtile) * 4 + c) * 64 + lane * 2 + h
+    const int h = i & 1, lane = (i >> 1) & 31, c = (i >> 6) & 3;
+    const int64_t blk = i >> 8;
     const int64_t rowtile = blk % shape.rowtiles(), kgroup = blk / shape.rowtiles();
-    out[i] = prepack_word(src, src_rows, k, interleave, rowtile, kgroup, c, lane, s);
+    const uint64_t pair = prepack_pair(src, src_rows, k, interleave, rowtile, kgroup, c, lane, h);
+    out[i] = make_uint2(static_cast<uint32_t>(pair), static_cast<uint32_t>(pair >> 32));
   }
 }
 
@@ -62,8 +64,8 @@ void launch_prepack(const Nvfp4View& m0, const Nvfp4View& m1, int64_t src_rows, 
                     bool interleave, uint8_t* weights_out, uint8_t* scales_out, cudaStream_t stream) {
   PrepackShape shape{interleave ? 2 * src_rows : src_rows, k};
   FP4MOE_CHECK(k % 16 == 0, "prepack: K = ", k, " is not a multiple of 16");
-  prepack_words<<<grid_for(shape.weight_bytes() / 4), 256, 0, stream>>>(
-      m0, m1, src_rows, k, interleave, shape, reinterpret_cast<uint32_t*>(weights_out));
+  prepack_pairs<<<grid_for(shape.weight_bytes() / 8), 256, 0, stream>>>(
+      m0, m1, src_rows, k, interleave, shape, reinterpret_cast<uint2*>(weights_out));
   FP4MOE_CUDA_CHECK_LAUNCH();
   prepack_scales<<<grid_for(shape.scale_bytes()), 256, 0, stream>>>(m0, m1, src_rows, k, interleave,
                                                                      shape, scales_out);
