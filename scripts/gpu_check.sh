@@ -29,7 +29,7 @@ if has sanitize; then
   echo "== compute-sanitizer"
   # (GraphsSurvive...: a graph replayed after the workspace grew under other plans; only memcheck
   # sees a freed buffer it still addressed - the output stays right)
-  small='GpuLayer.RepeatedRunsAreBitwiseIdentical:GpuLayer.GraphsSurviveGrowthsUnderOtherPlans:Dequant.*:Prepack*16x256*:Modes/GpuRouting.*T64*'
+  small='GpuLayer.RepeatedRunsAreBitwiseIdentical:GpuLayer.GraphsSurviveGrowthsUnderOtherPlans:Dequant.*:*Prepack.*16x256*:Modes/GpuRouting.*T64*'
   # And the layer from the CLI on a small shape (the fused family's runs are listed last): T = 2
   # (the small-batch family: I = 256 is narrow),
   # T = 5 (decode family), T = 100 and 300 (25 and 75 tokens per expert: the prefill family's
