@@ -93,16 +93,16 @@ __device__ __forceinline__ void dequant_half(uint4 w, int h, uint32_t scales, ui
   if constexpr (kL == Layout::kKernels) {
     dequant_a_fragment_half(w, h, scales, a0, a1);
   } else {
-    const uint32_t w0 = h == 0 ? w.x : w.z, w1 = h == 0 ? w.y : w.w;
+    const uint2 pair = word_pair(w, h);
     uint32_t raw[8];
     if constexpr (kL == Layout::kWord) {
-      word_raw(w0, raw);
-      word_raw(w1, raw + 4);
+      word_raw(pair.x, raw);
+      word_raw(pair.y, raw + 4);
     } else if constexpr (kL == Layout::kWordFma) {
-      word_fma_raw(w0, raw);
-      word_fma_raw(w1, raw + 4);
+      word_fma_raw(pair.x, raw);
+      word_fma_raw(pair.y, raw + 4);
     } else {
-      pair_alu_raw(w0, w1, raw);
+      pair_alu_raw(pair.x, pair.y, raw);
     }
     scale_a_fragment_pair(raw, scales, a0, a1);
   }

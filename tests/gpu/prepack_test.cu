@@ -72,8 +72,7 @@ TEST(PrepackLayout, HandPickedElementsLandWhereTheLayoutSays) {
   // 4g+t = 4: word 1 of the pair holds all four of its bits (dequant_nvfp4.cuh: 36 37 38 45).
   Nvfp4Matrix m = make_synthetic_nvfp4(16, 256, 1, 0, WeightInit::kRandomCodes);
   const kernels::Nvfp4View v{m.data.data(), m.block_scales.data()};
-  const uint64_t pair = kernels::prepack_word(&v, 16, 256, false, 0, 0, 1, 4, 0) |
-                        uint64_t{kernels::prepack_word(&v, 16, 256, false, 0, 0, 1, 4, 1)} << 32;
+  const uint64_t pair = kernels::prepack_pair(&v, 16, 256, false, 0, 0, 1, 4, 0);
   const uint32_t code = fp4_code_at(m.data.data(), 9 * 256 + 70);
   EXPECT_EQ(pair & kernels::fp4_pair_place(0xF, 14), kernels::fp4_pair_place(code, 14));
   EXPECT_EQ(kernels::fp4_pair_place(0xF, 14), uint64_t{0x2070} << 32);
@@ -103,9 +102,8 @@ TEST(FragmentOrder, PutsEveryTokenElementInTheSlotOfItsWeightInTheWgmmaFragment)
       int found = 0;
       for (int lane = 0; lane < 32; ++lane)
         for (int step = 0; step < 4; ++step) {
-          const int first = step & ~1;  // the word pair of steps first, first + 1
-          const uint64_t pair = kernels::prepack_word(&v, kRows, kK, false, 0, 0, 1, lane, first) |
-                                uint64_t{kernels::prepack_word(&v, kRows, kK, false, 0, 0, 1, lane, first + 1)} << 32;
+          // The word pair of steps 2h, 2h + 1 (h = step / 2).
+          const uint64_t pair = kernels::prepack_pair(&v, kRows, kK, false, 0, 0, 1, lane, step / 2);
           for (int slot_v = 0; slot_v < 8; ++slot_v) {
             const int pv = 8 * (step & 1) + slot_v;  // the slot in the pair
             if ((pair & kernels::fp4_pair_place(0xF, pv)) != kernels::fp4_pair_place(5, pv)) continue;

@@ -183,9 +183,15 @@ __device__ __forceinline__ void dequant_a_fragment_pair(uint32_t w0, uint32_t w1
 
 // Pair h (words 2h, 2h + 1) of a lane's 16-byte word group of a 64-K chunk (word s: k step s, in
 // fragment order). h is a compile-time constant in the callers' unrolled loops.
+__device__ __forceinline__ uint2 word_pair(uint4 w, int h) {
+  return h == 0 ? make_uint2(w.x, w.y) : make_uint2(w.z, w.w);
+}
+
+// The A fragments of k steps 2h and 2h + 1 from pair h of a lane's word group.
 __device__ __forceinline__ void dequant_a_fragment_half(uint4 w, int h, uint32_t scales, uint32_t (&a0)[4],
                                                         uint32_t (&a1)[4]) {
-  dequant_a_fragment_pair(h == 0 ? w.x : w.z, h == 0 ? w.y : w.w, scales, a0, a1);
+  const uint2 pair = word_pair(w, h);
+  dequant_a_fragment_pair(pair.x, pair.y, scales, a0, a1);
 }
 
 // The whole group as the A fragments of the chunk's 4 k steps, all under the same block scales.
