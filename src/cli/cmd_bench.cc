@@ -17,6 +17,7 @@
 #include "common/host_memory.h"
 #include "fp4moe/error.h"
 #include "fp4moe/hw.h"
+#include "fp4moe/sharding.h"
 #include "fp4moe/synthetic.h"
 #include "fp4moe/tactic.h"
 #include "fp4moe/version.h"
@@ -324,11 +325,16 @@ void run_dist_command(const BenchArgs& a, const MoeConfig& cfg) {
   const char* flag = a.tp ? "--tp" : "--ep";
   FP4MOE_CHECK(a.fc1.empty() && a.fc2.empty() && a.json.empty() && a.skew == 0, flag,
                " takes the heuristic plan, uniform routing and prints a table: drop --fc1/--fc2/--json/--skew");
+  const ShardMode mode = a.tp ? ShardMode::kTensor : ShardMode::kExpert;
+  const int world = a.tp ? a.tp : a.ep;
+  // A split the shape refuses is the user's error in any build: named before the build's lack
+  // of CUDA/NCCL (and before any GPU or NCCL is looked for where the build has them).
+  validate_shard(cfg, {mode, 0, world});
 #ifdef FP4MOE_WITH_NCCL
   DistBenchOptions o;
   o.config = cfg;
-  o.mode = a.tp ? ShardMode::kTensor : ShardMode::kExpert;
-  o.world = a.tp ? a.tp : a.ep;
+  o.mode = mode;
+  o.world = world;
   o.tokens = parse_tokens(a.tokens);
   o.seed = a.seed;
   o.warmup = a.warmup;
