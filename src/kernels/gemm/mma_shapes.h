@@ -17,10 +17,11 @@ struct MmaShape {
 };
 
 // FC1 (swiglu) and FC2 (finalize): every shape the heuristic can return (docs/HEURISTIC.md) and
-// the tuner's other candidates. The last two are the 32- and 64-token tiles that fit the 99 KB a
-// block of sm_120 (two stages; one CTA an SM there); the other 32- and 64-token tiles' stages do
-// not. Four warps: at eight, the launch's 128 registers a thread spill on sm_120a.
-inline constexpr std::array<MmaShape, 17> kMmaShapes{{
+// the tuner's other candidates. The last is the widest token tile that fits the 99 KB a block of
+// sm_120 (two stages; one CTA an SM there), the fallback's choice there for prefill sizes: four
+// warps (at eight the launch's 128 registers a thread spill on sm_120a), 32 tokens (the 64-token
+// tile of two stages, 64 x 64, was slower in every size timed: docs/HEURISTIC.md).
+inline constexpr std::array<MmaShape, 16> kMmaShapes{{
     {64, 8, 4, 4},
     {64, 16, 4, 4},
     {128, 8, 4, 4},
@@ -37,7 +38,6 @@ inline constexpr std::array<MmaShape, 17> kMmaShapes{{
     {256, 8, 2, 8},
     {256, 16, 2, 8},
     {128, 32, 2, 4},
-    {64, 64, 2, 4},
 }};
 
 // The plain epilogue (raw fp32 rows; the GEMM tests and the CUTLASS comparisons).
