@@ -133,8 +133,8 @@ Tactic tactic_for(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epil
   // A GPU with less shared memory per block (sm_120: 99 KB) cannot hold the larger tiles. Take
   // the compiled tactic that fits with the largest token tile not above the preferred one, then
   // the most weight rows, then the most warps: the closest smaller shape, never a silent failure.
-  // Not the 256-row tiles, which the rule takes only where two CTAs of them fit: compiled for
-  // sm_120a their 8 warps do not fit 128 registers (ptxas spills 36-68 bytes), unmeasured there.
+  // Not the 256-row tiles, which the rule takes only where two CTAs of them fit (measured with
+  // two an SM); one CTA of them an SM, as on sm_120, is unmeasured.
   std::optional<Tactic> best;
   for (const Tactic& t : compiled_w4a16_tactics()) {
     if (t.family != Family::kW4a16Mma || t.epilogue != ep || t.tile_tokens > preferred.tile_tokens ||

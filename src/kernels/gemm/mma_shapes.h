@@ -19,7 +19,8 @@ struct MmaShape {
 // FC1 (swiglu) and FC2 (finalize): every shape the heuristic can return (docs/HEURISTIC.md) and
 // the tuner's other candidates. The last is the widest token tile that fits the 99 KB a block of
 // sm_120 (two stages; one CTA an SM there), the fallback's choice there for prefill sizes: four
-// warps (at eight the launch's 128 registers a thread spill on sm_120a), 32 tokens (the 64-token
+// warps (added when every 8-warp tile had 128 registers a thread, at which eight warps of it
+// spilled on sm_120a), 32 tokens (the 64-token
 // tile of two stages, 64 x 64, was slower in every size timed: docs/HEURISTIC.md).
 inline constexpr std::array<MmaShape, 16> kMmaShapes{{
     {64, 8, 4, 4},

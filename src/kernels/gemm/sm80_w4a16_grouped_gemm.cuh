@@ -44,6 +44,7 @@
 #include <cstdint>
 
 #include "fp4moe/tactic.h"
+#include "kernels/common/compiled_arch.cuh"
 #include "kernels/common/dequant_nvfp4.cuh"
 #include "kernels/common/fragment_order.h"
 #include "kernels/common/mma_half_chunk.cuh"
@@ -103,14 +104,21 @@ struct W4a16Traits {
   static constexpr int dynamic_smem_bytes(int experts) {
     return kStages * kStageBytes + kBarrierBytes + prefix_bytes(experts) + kSchedulerScratch;
   }
+
+  // The CTAs an SM that the launch bounds budget registers for: two where two of these pipelines
+  // fit the shared memory of an SM of the architecture being compiled (at 8 warps, 128 registers
+  // a thread), else one. A second CTA that can never be resident only halves the registers: at
+  // 128, on sm_120a (100 KB an SM: one CTA of these), m256n16:s2:w8 spilled 16-48 B and
+  // m128n64:s3:w8 156-160 B.
+  static constexpr int kMinCtasPerSm =
+      2 * (dynamic_smem_bytes(1) + kSmemReservedPerCta) <= compiled_arch_smem_per_sm() ? 2 : 1;
 };
 
 
 // kCode = encode_tactic(tactic) (see the NOTES in fp4moe/tactic.h).
-// Registers for two CTAs per SM (8-warp CTAs: 128 per thread); whether two are resident also
-// depends on shared memory (the 128 x 64 tile's 155 KB allow one on the H200).
+// Registers for two CTAs per SM where two fit its shared memory (W4a16Traits::kMinCtasPerSm).
 template <unsigned long long kCode>
-__global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, 2)
+__global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, W4a16Traits<decode_tactic(kCode)>::kMinCtasPerSm)
     w4a16_grouped_gemm_kernel(const W4a16GemmParams p) {
   constexpr Tactic kT = decode_tactic(kCode);
   using Tr = W4a16Traits<kT>;

@@ -71,6 +71,7 @@
 #include <type_traits>
 
 #include "fp4moe/tactic.h"
+#include "kernels/common/compiled_arch.cuh"
 #include "kernels/common/dequant_nvfp4.cuh"
 #include "kernels/common/fragment_order.h"
 #include "kernels/common/ptx.cuh"
@@ -271,7 +272,7 @@ struct W4a16WgmmaTraits {
   // 128-token tile's 64 accumulators do not: ptxas stops at its wgmma, "insufficient registers
   // (80)", even with one fragment buffer.) setmaxnreg keeps the one-CTA split (168 at launch,
   // producers 40, consumers 232) and moves 32 / 104 here ((80 - 32) x 128 = (104 - 80) x 256).
-  static constexpr int kSm90SmemPerSm = 233472, kSmemReservedPerCta = 1024;  // as hw/gpu_table.cc
+  static constexpr int kSm90SmemPerSm = 233472;  // as hw/gpu_table.cc
   static constexpr int kCtasPerSm = kConsumers == 2 && kTokens == 64 &&
                                             2 * (dynamic_smem_bytes(kMaxRoutedExperts + 1) + kSmemReservedPerCta) <=
                                                 kSm90SmemPerSm

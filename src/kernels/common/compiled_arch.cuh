@@ -1,0 +1,22 @@
+// compiled_arch.cuh - limits of the GPU architecture that a device compilation pass targets, for
+// choices that device code must make as compile-time constants (launch bounds). The host pass,
+// which ignores launch bounds, sees Hopper's. The figures are hw/gpu_table.cc's smem_per_sm.
+#pragma once
+
+namespace fp4moe::kernels {
+
+// Shared memory of one SM of the architecture this pass compiles for, in bytes.
+constexpr int compiled_arch_smem_per_sm() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870)
+  return 167936;  // A100, Orin: 164 KB
+#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
+  return 102400;  // the other Ampere and Ada GPUs, Blackwell sm_120 / sm_121: 100 KB
+#else
+  return 233472;  // Hopper, Blackwell sm_100 / sm_103: 228 KB
+#endif
+}
+
+// Shared memory the driver reserves for each resident CTA (sm_80 and later).
+inline constexpr int kSmemReservedPerCta = 1024;
+
+}  // namespace fp4moe::kernels
