@@ -1,6 +1,7 @@
 // compiled_arch.cuh - limits of the GPU architecture that a device compilation pass targets, for
 // choices that device code must make as compile-time constants (launch bounds). The host pass,
-// which ignores launch bounds, sees Hopper's. The figures are hw/gpu_table.cc's smem_per_sm.
+// which ignores launch bounds, sees Hopper's. The figures are the CUDA programming guide's
+// shared memory per SM by compute capability (hw/gpu_table.cc's smem_per_sm where it lists the GPU).
 #pragma once
 
 namespace fp4moe::kernels {
