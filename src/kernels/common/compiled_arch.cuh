@@ -6,6 +6,12 @@
 
 namespace fp4moe::kernels {
 
+// Shared memory of one Hopper SM (sm_90), in bytes: the wgmma family's, compiled for it alone.
+inline constexpr int kHopperSmemPerSm = 233472;
+
+// Shared memory the driver reserves for each resident CTA (sm_80 and later).
+inline constexpr int kSmemReservedPerCta = 1024;
+
 // Shared memory of one SM of the architecture this pass compiles for, in bytes.
 constexpr int compiled_arch_smem_per_sm() {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870)
@@ -13,11 +19,14 @@ constexpr int compiled_arch_smem_per_sm() {
 #elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
   return 102400;  // the other Ampere and Ada GPUs, Blackwell sm_120 / sm_121: 100 KB
 #else
-  return 233472;  // Hopper, Blackwell sm_100 / sm_103: 228 KB
+  return kHopperSmemPerSm;  // Hopper, Blackwell sm_100 / sm_103: 228 KB
 #endif
 }
 
-// Shared memory the driver reserves for each resident CTA (sm_80 and later).
-inline constexpr int kSmemReservedPerCta = 1024;
+// Whether two CTAs of `dynamic_smem_bytes` each are resident together on an SM of
+// `smem_per_sm` bytes (the launch bounds ask registers for as many CTAs as can be resident).
+constexpr bool two_ctas_fit(int dynamic_smem_bytes, int smem_per_sm) {
+  return 2 * (dynamic_smem_bytes + kSmemReservedPerCta) <= smem_per_sm;
+}
 
 }  // namespace fp4moe::kernels

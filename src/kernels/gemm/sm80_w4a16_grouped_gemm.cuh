@@ -110,8 +110,7 @@ struct W4a16Traits {
   // a thread), else one. A second CTA that can never be resident only halves the registers: at
   // 128, on sm_120a (100 KB an SM: one CTA of these), m256n16:s2:w8 spilled 16-48 B and
   // m128n64:s3:w8 156-160 B.
-  static constexpr int kMinCtasPerSm =
-      2 * (dynamic_smem_bytes(1) + kSmemReservedPerCta) <= compiled_arch_smem_per_sm() ? 2 : 1;
+  static constexpr int kMinCtasPerSm = two_ctas_fit(dynamic_smem_bytes(1), compiled_arch_smem_per_sm()) ? 2 : 1;
 };
 
 

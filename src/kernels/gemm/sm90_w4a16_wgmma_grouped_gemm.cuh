@@ -272,12 +272,8 @@ struct W4a16WgmmaTraits {
   // 128-token tile's 64 accumulators do not: ptxas stops at its wgmma, "insufficient registers
   // (80)", even with one fragment buffer.) setmaxnreg keeps the one-CTA split (168 at launch,
   // producers 40, consumers 232) and moves 32 / 104 here ((80 - 32) x 128 = (104 - 80) x 256).
-  static constexpr int kSm90SmemPerSm = 233472;  // as hw/gpu_table.cc
-  static constexpr int kCtasPerSm = kConsumers == 2 && kTokens == 64 &&
-                                            2 * (dynamic_smem_bytes(kMaxRoutedExperts + 1) + kSmemReservedPerCta) <=
-                                                kSm90SmemPerSm
-                                        ? 2
-                                        : 1;
+  static constexpr int kCtasPerSm =
+      kConsumers == 2 && kTokens == 64 && two_ctas_fit(dynamic_smem_bytes(kMaxRoutedExperts + 1), kHopperSmemPerSm) ? 2 : 1;
   //
   // Three consumer warpgroups (192 rows, 512 threads: 128 registers at launch) put three
   // consumer warps on each scheduler instead of two, which hides more of the chain (glm5 FC2
