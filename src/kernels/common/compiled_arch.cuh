@@ -12,14 +12,21 @@ inline constexpr int kHopperSmemPerSm = 233472;
 // Shared memory the driver reserves for each resident CTA (sm_80 and later).
 inline constexpr int kSmemReservedPerCta = 1024;
 
+// Shared memory of one SM of an architecture, in bytes, by its __CUDA_ARCH__ value (900 for
+// sm_90 and sm_90a). A host-side test holds it to hw/gpu_table.cc for every GPU listed there.
+constexpr int arch_smem_per_sm(int cuda_arch) {
+  if (cuda_arch == 800 || cuda_arch == 870) return 167936;  // A100, Orin: 164 KB
+  // The other Ampere and Ada GPUs, Blackwell sm_120 / sm_121: 100 KB.
+  if (cuda_arch == 860 || cuda_arch == 890 || cuda_arch >= 1200) return 102400;
+  return kHopperSmemPerSm;  // Hopper, Blackwell sm_100 / sm_103: 228 KB
+}
+
 // Shared memory of one SM of the architecture this pass compiles for, in bytes.
 constexpr int compiled_arch_smem_per_sm() {
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 800 || __CUDA_ARCH__ == 870)
-  return 167936;  // A100, Orin: 164 KB
-#elif defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
-  return 102400;  // the other Ampere and Ada GPUs, Blackwell sm_120 / sm_121: 100 KB
+#if defined(__CUDA_ARCH__)
+  return arch_smem_per_sm(__CUDA_ARCH__);
 #else
-  return kHopperSmemPerSm;  // Hopper, Blackwell sm_100 / sm_103: 228 KB
+  return kHopperSmemPerSm;
 #endif
 }
 
