@@ -109,7 +109,8 @@ struct W4a16Traits {
   // fit the shared memory of an SM of the architecture being compiled (at 8 warps, 128 registers
   // a thread), else one. A second CTA that can never be resident only halves the registers: at
   // 128, on sm_120a (100 KB an SM: one CTA of these), m256n16:s2:w8 spilled 16-48 B and
-  // m128n64:s3:w8 156-160 B.
+  // m128n64:s3:w8 156-160 B; on sm_90a m128n64:s3:w8 at 157-158 instead of 128 runs the glm5
+  // layer 1.6-3.3% faster (H200, docs/PERFORMANCE.md "Blackwell").
   static constexpr int kMinCtasPerSm = two_ctas_fit(dynamic_smem_bytes(1), compiled_arch_smem_per_sm()) ? 2 : 1;
 };
 
