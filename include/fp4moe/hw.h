@@ -58,4 +58,27 @@ CudaEnvironment query_cuda_environment();
 // is unknown or no GPU is present.
 GpuSpec resolve_gpu(const std::string& name);
 
+// ---- which machine code of a build runs on which GPU -------------------------------------------
+// The build holds machine code for its run targets (FP4MOE_CUDA_ARCHS, e.g. "80;90a") and no
+// PTX, so a GPU that none of them runs on cannot run the kernels at all (a Blackwell GPU with
+// the default build, for one).
+
+// The run target made for compute capability `sm` (x 10 + y): "80", "86", "90a", "100a", "120a".
+// From sm_90 on the arch-specific target: wgmma and the other sm_90a features need it.
+std::string run_target_for(int sm);
+
+// Whether run target `target`'s machine code runs on compute capability `sm`, by CUDA's rules:
+// "86" on 8.6 and later 8.x, "90a" on 9.0 alone, "100f" on 10.0 and later 10.x. False for a
+// string that is no run target.
+bool run_target_runs_on(const std::string& target, int sm);
+
+// Whether this build's kernels run on a live GPU: the CUDA runtime's own answer (it loads one of
+// the library's kernels for the device, or says it has no image for it).
+struct BuildSupport {
+  bool runs = false;
+  int machine_code_sm = 0;  // where it runs: the machine code loaded (90 for sm_90a), else 0
+  std::string why;          // where it does not: the GPU, this build's targets, the one to add
+};
+BuildSupport build_support_for(const GpuSpec& gpu);
+
 }  // namespace fp4moe

@@ -82,8 +82,8 @@ ResourceReport model_resources(const Tactic& t, const GpuSpec& gpu, DataType dty
 std::vector<Tactic> listed_tactics(Family f, Epilogue e);
 
 // What the CUDA runtime says of a compiled kernel of ours on the current GPU: registers, static
-// and dynamic shared memory, CTAs per SM. Empty without a GPU, in a build without CUDA, or for a
-// tactic that is not compiled in.
+// and dynamic shared memory, CTAs per SM. Empty without a GPU, in a build without CUDA, for a
+// tactic that is not compiled in, or where none of the build's machine code runs on the GPU.
 struct CompiledKernelInfo {
   int registers = 0;
   int64_t static_smem = 0;

@@ -36,6 +36,8 @@ BenchReport run_bench(const BenchOptions& o) {
   auto say = [&](const std::string& s) { if (o.progress) o.progress(s); };
   const CudaEnvironment env = query_cuda_environment();
   FP4MOE_CHECK(!env.devices.empty(), "bench: no usable GPU (", env.error, ")");
+  const BuildSupport support = build_support_for(env.devices[0]);  // before minutes of ceilings
+  FP4MOE_CHECK(support.runs, "bench: ", support.why);
   BenchReport report;
   report.gpu = env.devices[0];
   report.options = o;

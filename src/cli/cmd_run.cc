@@ -117,8 +117,14 @@ double host_bytes_needed(const MoeConfig& c, int64_t tokens, bool gpu, bool refe
 void run_layer(const RunArgs& a) {
   const int threads = a.threads > 0 ? a.threads : default_thread_count();
   const CudaEnvironment env = query_cuda_environment();
-  const bool use_gpu = a.device == "gpu" || (a.device == "auto" && !env.devices.empty());
   FP4MOE_CHECK(!(a.device == "gpu" && env.devices.empty()), "--device gpu: no usable GPU (", env.error, ")");
+  // A GPU this build has no machine code for (a Blackwell GPU with the default build): --device
+  // gpu fails naming the run target to build; auto runs the CPU reference and says why.
+  const BuildSupport support = env.devices.empty() ? BuildSupport{} : build_support_for(env.devices[0]);
+  FP4MOE_CHECK(a.device != "gpu" || support.runs, "--device gpu: ", support.why);
+  if (a.device == "auto" && !env.devices.empty() && !support.runs)
+    std::fprintf(stderr, "fp4moe: note: %s; running the CPU reference instead\n", support.why.c_str());
+  const bool use_gpu = a.device != "cpu" && support.runs;
   FP4MOE_CHECK(!a.compare || use_gpu, "--compare-reference compares the GPU output; there is no GPU run here");
 
   // ---- the layer: a checkpoint's, or seeded random weights of a preset shape ---------------

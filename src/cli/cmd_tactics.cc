@@ -74,6 +74,11 @@ void run_tactics(const TacticsArgs& a) {
                 gpu.name.c_str(), gpu.arch_name().c_str(), gpu.sm_count,
                 static_cast<long long>(gpu.smem_per_block_optin), static_cast<long long>(gpu.smem_per_sm),
                 to_string(dtype), a.epilogue.c_str());
+  // On a live GPU each row also gets the runtime's figures for our compiled kernel, where this
+  // build's machine code runs there.
+  const BuildSupport support = gpu.live ? build_support_for(gpu) : BuildSupport{};
+  if (gpu.live && !support.runs && !a.json)
+    std::printf("no measured figures: %s\n\n", support.why.c_str());
   for (Family f : families(a.family)) {
     // Our decode family has no NONE epilogue in the layer; show FC1's SwiGLU beside FINALIZE.
     std::vector<Epilogue> eps = {ep};
@@ -89,7 +94,7 @@ void run_tactics(const TacticsArgs& a) {
       for (const Tactic& t : listed_tactics(f, e)) {
         const ResourceReport r = model_resources(t, gpu, dtype, opt);
         std::optional<CompiledKernelInfo> live;
-        if (gpu.live) live = query_compiled_kernel(t, opt);
+        if (support.runs) live = query_compiled_kernel(t, opt);
         const char* verdict = !r.supported ? "n/a" : r.fits ? "fits" : "NO FIT";
         if (a.json) {
           nlohmann::json j = {{"tactic", format_tactic(t)}, {"gpu", gpu.name}, {"dtype", to_string(dtype)},

@@ -65,6 +65,8 @@ void run_tune(const TuneArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   const CudaEnvironment env = query_cuda_environment();
   FP4MOE_CHECK(!env.devices.empty(), "tune: no usable GPU (", env.error, ")");
+  const BuildSupport support = build_support_for(env.devices[0]);
+  FP4MOE_CHECK(support.runs, "tune: ", support.why);
   SyntheticOptions so;
   so.seed = a.seed;
   const MoeWeights w = make_synthetic_moe(cfg, so);

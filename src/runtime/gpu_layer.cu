@@ -271,6 +271,8 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
   device_ = opt.device;
   FP4MOE_CHECK(gpu_.sm >= 80, "GPU layer: ", gpu_.name, " is sm_", gpu_.sm,
                "; the kernels need sm_80 or newer");
+  const BuildSupport support = build_support_for(gpu_);
+  FP4MOE_CHECK(support.runs, "GPU layer: ", support.why);
   const ScopedDevice on_device(opt.device);  // the caller's device is restored, on a throw too
   call_done_.emplace();
   FP4MOE_CHECK(!cfg_.quantize_activations,

@@ -15,7 +15,12 @@ std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, const M
   const kernels::W4a16Kernel* k = kernels::find_w4a16_kernel(t);
   if (!k || query_cuda_environment().devices.empty()) return std::nullopt;
   cudaFuncAttributes attr{};
-  FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, k->function));
+  const cudaError_t st = cudaFuncGetAttributes(&attr, k->function);
+  if (st == cudaErrorNoKernelImageForDevice || st == cudaErrorInvalidDeviceFunction) {
+    (void)cudaGetLastError();
+    return std::nullopt;  // no machine code of this build runs on the GPU (build_support_for says why)
+  }
+  FP4MOE_CUDA_CHECK(st);
   CompiledKernelInfo info;
   info.registers = attr.numRegs;
   info.static_smem = static_cast<int64_t>(attr.sharedSizeBytes);

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "fp4moe/bf16.h"
@@ -15,15 +16,25 @@
 
 namespace fp4moe::test {
 
-inline bool gpu_available() {
-  static const bool available = !query_cuda_environment().devices.empty();
-  return available;
+// Empty where GPU 0 runs this build's kernels; else why not: no GPU, or none of the build's
+// machine code runs on it (the run targets and the one to build are named).
+inline const std::string& gpu_unavailable_reason() {
+  static const std::string why = [] {
+    const CudaEnvironment env = query_cuda_environment();
+    if (env.devices.empty()) return std::string("no GPU");
+    const BuildSupport support = build_support_for(env.devices[0]);
+    return support.runs ? std::string() : support.why;
+  }();
+  return why;
 }
 
-// Every GPU test starts with this: "skipped" (not passed, not failed) without a GPU.
-#define FP4MOE_REQUIRE_GPU()                                        \
-  do {                                                              \
-    if (!::fp4moe::test::gpu_available()) GTEST_SKIP() << "no GPU"; \
+inline bool gpu_available() { return gpu_unavailable_reason().empty(); }
+
+// Every GPU test starts with this: "skipped" (not passed, not failed) without a GPU, or on one
+// this build has no machine code for.
+#define FP4MOE_REQUIRE_GPU()                                                                  \
+  do {                                                                                        \
+    if (!::fp4moe::test::gpu_available()) GTEST_SKIP() << ::fp4moe::test::gpu_unavailable_reason(); \
   } while (0)
 
 template <typename T>

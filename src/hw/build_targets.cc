@@ -1,0 +1,79 @@
+// build_targets.cc - which run target's machine code runs on which GPU: CUDA's compatibility
+// rules, and the runtime's own answer for this build.
+#include <cctype>
+#include <string>
+
+#include "fp4moe/error.h"
+#include "fp4moe/hw.h"
+#include "fp4moe/version.h"
+#include "hw/kernel_image.h"
+
+#ifdef FP4MOE_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/gemm/w4a16_registry.h"
+#endif
+
+namespace fp4moe {
+
+std::string run_target_for(int sm) {
+  FP4MOE_CHECK(sm >= 10, "run_target_for: compute capability ", sm, " is not major x 10 + minor");
+  return std::to_string(sm) + (sm >= 90 ? "a" : "");
+}
+
+bool run_target_runs_on(const std::string& target, int sm) {
+  // Two or three digits (major, then one digit of minor), then at most one of 'a' / 'f'.
+  size_t digits = 0;
+  while (digits < target.size() && std::isdigit(static_cast<unsigned char>(target[digits]))) ++digits;
+  const std::string suffix = target.substr(digits);
+  if (digits < 2 || digits > 3 || (suffix != "" && suffix != "a" && suffix != "f")) return false;
+  const int built = std::stoi(target.substr(0, digits));
+  if (suffix == "a") return sm == built;  // arch-specific: that compute capability alone
+  // Plain and family-specific machine code: the same major version, the same or a later minor.
+  return sm / 10 == built / 10 && sm % 10 >= built % 10;
+}
+
+namespace detail {
+
+BuildSupport kernel_image_support(const void* kernel, const GpuSpec& gpu, const std::string& targets) {
+  BuildSupport s;
+#ifndef FP4MOE_WITH_CUDA
+  (void)kernel;
+  (void)gpu;
+  (void)targets;
+  s.why = "built without CUDA";
+#else
+  FP4MOE_CHECK(gpu.live && gpu.device_index >= 0, "kernel_image_support: ", gpu.name, " is a table entry, not a live GPU");
+  int caller = 0;
+  if (cudaGetDevice(&caller) != cudaSuccess) caller = 0;
+  cudaError_t st = cudaSetDevice(gpu.device_index);
+  cudaFuncAttributes attr{};
+  if (st == cudaSuccess) st = cudaFuncGetAttributes(&attr, kernel);
+  (void)cudaGetLastError();  // neither failure is sticky; the next check must not see it again
+  (void)cudaSetDevice(caller);
+  if (st == cudaSuccess) {
+    s.runs = true;
+    s.machine_code_sm = attr.binaryVersion;
+  } else if (st == cudaErrorNoKernelImageForDevice || st == cudaErrorInvalidDeviceFunction) {
+    s.why = "this build's machine code (run targets " + targets + ") does not run on " + gpu.name + " (" +
+            gpu.arch_name() + "): rebuild with -DFP4MOE_CUDA_ARCHS=" + run_target_for(gpu.sm);
+  } else {
+    FP4MOE_FAIL("CUDA error asking for a kernel's image on ", gpu.name, ": ", cudaGetErrorString(st));
+  }
+#endif
+  return s;
+}
+
+}  // namespace detail
+
+BuildSupport build_support_for(const GpuSpec& gpu) {
+#ifndef FP4MOE_WITH_CUDA
+  return detail::kernel_image_support(nullptr, gpu, "");
+#else
+  // Every CUDA source of the library is compiled for the same run targets: one kernel answers
+  // for all of them.
+  return detail::kernel_image_support(kernels::w4a16_kernels().front().function, gpu, FP4MOE_CUDA_ARCHS);
+#endif
+}
+
+}  // namespace fp4moe
