@@ -1,0 +1,70 @@
+# The default run targets (FP4MOE_CUDA_ARCHS): sm_80 and sm_90a, and the target made for each GPU
+# of this machine that neither runs on, so that the first configure on a Blackwell machine (the
+# default build holds no machine code for it, and no PTX) builds kernels that run there. The GPUs
+# are nvidia-smi's (FP4MOE_NVIDIA_SMI, found on the PATH); without it, or where it fails, the
+# default alone. The rules are those of src/hw/build_targets.cc (run_target_runs_on,
+# run_target_for); tests/cmake/default_archs_test.cmake holds this file to them.
+
+# Whether run target `target` ("80", "90a", "100f") has machine code that runs on compute
+# capability `sm` (major x 10 + minor): plain targets on their major version from their minor on,
+# 'a' ones on their own version alone, 'f' ones on their family (major version) from their minor on.
+function(fp4moe_target_runs_on target sm out_var)
+  set(runs FALSE)
+  if(target MATCHES "^([0-9][0-9]?)([0-9])(a|f)?$")
+    set(major ${CMAKE_MATCH_1})
+    set(minor ${CMAKE_MATCH_2})
+    set(suffix "${CMAKE_MATCH_3}")
+    math(EXPR sm_major "${sm} / 10")
+    math(EXPR sm_minor "${sm} % 10")
+    if(suffix STREQUAL "a")
+      if(sm_major EQUAL major AND sm_minor EQUAL minor)
+        set(runs TRUE)
+      endif()
+    elseif(sm_major EQUAL major AND NOT sm_minor LESS minor)
+      set(runs TRUE)
+    endif()
+  endif()
+  set(${out_var} ${runs} PARENT_SCOPE)
+endfunction()
+
+# out_var: the run targets; added_var: those added for this machine's GPUs (empty if none).
+function(fp4moe_default_cuda_archs out_var added_var)
+  set(archs 80 90a)
+  set(added "")
+  find_program(FP4MOE_NVIDIA_SMI nvidia-smi)
+  if(FP4MOE_NVIDIA_SMI)
+    execute_process(COMMAND "${FP4MOE_NVIDIA_SMI}" --query-gpu=compute_cap --format=csv,noheader
+                    OUTPUT_VARIABLE caps RESULT_VARIABLE rc ERROR_QUIET TIMEOUT 30)
+    if(rc EQUAL 0)
+      string(REPLACE "\n" ";" caps "${caps}")
+      foreach(cap IN LISTS caps)
+        string(STRIP "${cap}" cap)
+        if(NOT cap MATCHES "^([0-9]+)\\.([0-9])$")
+          continue()  # a blank line, or a GPU nvidia-smi cannot name
+        endif()
+        math(EXPR sm "${CMAKE_MATCH_1} * 10 + ${CMAKE_MATCH_2}")
+        if(sm LESS 80)
+          continue()  # the kernels need sm_80 or newer: no target of ours runs there
+        endif()
+        set(covered FALSE)
+        foreach(t IN LISTS archs)
+          fp4moe_target_runs_on(${t} ${sm} runs)
+          if(runs)
+            set(covered TRUE)
+          endif()
+        endforeach()
+        if(NOT covered)
+          if(sm GREATER_EQUAL 90)
+            set(t "${sm}a")  # wgmma and the other arch-specific features need the 'a' target
+          else()
+            set(t "${sm}")
+          endif()
+          list(APPEND archs ${t})
+          list(APPEND added ${t})
+        endif()
+      endforeach()
+    endif()
+  endif()
+  set(${out_var} "${archs}" PARENT_SCOPE)
+  set(${added_var} "${added}" PARENT_SCOPE)
+endfunction()
