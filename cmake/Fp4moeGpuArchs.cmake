@@ -5,19 +5,25 @@
 # default alone. The rules are those of src/hw/build_targets.cc (run_target_runs_on,
 # run_target_for); tests/cmake/default_archs_test.cmake holds this file to them.
 
-# Whether run target `target` ("80", "90a", "100f") has machine code that runs on compute
+# Whether run target `target` ("80", "90a", "100f", "80-virtual") has code that runs on compute
 # capability `sm` (major x 10 + minor): plain targets on their major version from their minor on,
-# 'a' ones on their own version alone, 'f' ones on their family (major version) from their minor on.
+# 'a' ones on their own version alone, 'f' ones on their family (major version) from their minor
+# on; plain PTX ("-virtual") on every later GPU too.
 function(fp4moe_target_runs_on target sm out_var)
   set(runs FALSE)
-  if(target MATCHES "^([0-9][0-9]?)([0-9])(a|f)?$")
+  if(target MATCHES "^([0-9][0-9]?)([0-9])(a|f)?(-virtual)?$")
     set(major ${CMAKE_MATCH_1})
     set(minor ${CMAKE_MATCH_2})
     set(suffix "${CMAKE_MATCH_3}")
+    set(ptx "${CMAKE_MATCH_4}")
     math(EXPR sm_major "${sm} / 10")
     math(EXPR sm_minor "${sm} % 10")
     if(suffix STREQUAL "a")
       if(sm_major EQUAL major AND sm_minor EQUAL minor)
+        set(runs TRUE)
+      endif()
+    elseif(ptx AND suffix STREQUAL "")
+      if(NOT sm LESS "${major}${minor}")
         set(runs TRUE)
       endif()
     elseif(sm_major EQUAL major AND NOT sm_minor LESS minor)

@@ -59,17 +59,19 @@ CudaEnvironment query_cuda_environment();
 GpuSpec resolve_gpu(const std::string& name);
 
 // ---- which machine code of a build runs on which GPU -------------------------------------------
-// The build holds machine code for its run targets (FP4MOE_CUDA_ARCHS, e.g. "80;90a") and no
-// PTX, so a GPU that none of them runs on cannot run the kernels at all (a Blackwell GPU with
-// the default build, for one).
+// The build holds machine code for its run targets (FP4MOE_CUDA_ARCHS, e.g. "80;90a") and, by
+// default, no PTX, so a GPU that none of them runs on cannot run the kernels at all (a Blackwell
+// GPU with the default build, for one). A target "XY-virtual" is PTX, compiled by the driver for
+// the GPU at its first use (JIT).
 
 // The run target made for compute capability `sm` (x 10 + y): "80", "86", "90a", "100a", "120a".
 // From sm_90 on the arch-specific target: wgmma and the other sm_90a features need it.
 std::string run_target_for(int sm);
 
-// Whether run target `target`'s machine code runs on compute capability `sm`, by CUDA's rules:
-// "86" on 8.6 and later 8.x, "90a" on 9.0 alone, "100f" on 10.0 and later 10.x. False for a
-// string that is no run target.
+// Whether run target `target`'s code runs on compute capability `sm`, by CUDA's rules: "86" on
+// 8.6 and later 8.x, "90a" on 9.0 alone, "100f" on 10.0 and later 10.x; as PTX ("80-virtual")
+// on every later GPU too, but an 'a' target's on its own version alone. False for a string that
+// is no run target.
 bool run_target_runs_on(const std::string& target, int sm);
 
 // Whether this build's kernels run on a live GPU: the CUDA runtime's own answer (it loads one of
@@ -77,8 +79,16 @@ bool run_target_runs_on(const std::string& target, int sm);
 struct BuildSupport {
   bool runs = false;
   int machine_code_sm = 0;  // where it runs: the machine code loaded (90 for sm_90a), else 0
+  int code_sm = 0;          // where it runs: the architecture the device code was compiled for
+                            // (its __CUDA_ARCH__ / 10): the PTX's where the driver JIT-compiled it
   std::string why;          // where it does not: the GPU, this build's targets, the one to add
 };
 BuildSupport build_support_for(const GpuSpec& gpu);
+
+// The GPU as this build's kernels see it: where the driver JIT-compiles PTX of an earlier major
+// version for it (80-virtual on an H100), its compute capability lowered to that version, whose
+// features alone the device code has (no wgmma, bulk copies or programmatic launches before
+// sm_90); otherwise (and where nothing runs) the GPU unchanged. The layer plans for this GPU.
+GpuSpec gpu_for_build(const GpuSpec& gpu);
 
 }  // namespace fp4moe

@@ -42,13 +42,17 @@ void register_info(CLI::App& app) {
                   static_cast<long long>(g.smem_per_sm), g.l2_bytes / 1048576.0,
                   g.mem_bandwidth_gbs);
       const BuildSupport support = build_support_for(g);
-      if (support.runs && support.machine_code_sm == g.sm)
+      if (!support.runs)
+        std::printf("      kernels: none: %s\n", support.why.c_str());
+      else if (support.code_sm != support.machine_code_sm)  // JIT: PTX of an earlier architecture
+        std::printf("      kernels: sm_%d machine code the driver compiled from this build's compute_%d PTX "
+                    "(the layer plans for sm_%d)\n", support.machine_code_sm, support.code_sm,
+                    gpu_for_build(g).sm);
+      else if (support.machine_code_sm == g.sm)
         std::printf("      kernels: this build's sm_%d machine code runs here\n", support.machine_code_sm);
-      else if (support.runs)  // an earlier minor version's (sm_80's on an sm_86): compiled for its limits
+      else  // an earlier minor version's (sm_80's on an sm_86): compiled for its limits
         std::printf("      kernels: this build's sm_%d machine code runs here (-DFP4MOE_CUDA_ARCHS=%s would build "
                     "this GPU's own)\n", support.machine_code_sm, run_target_for(g.sm).c_str());
-      else
-        std::printf("      kernels: none: %s\n", support.why.c_str());
     }
   });
 }

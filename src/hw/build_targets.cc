@@ -22,14 +22,20 @@ std::string run_target_for(int sm) {
 }
 
 bool run_target_runs_on(const std::string& target, int sm) {
-  // Two or three digits (major, then one digit of minor), then at most one of 'a' / 'f'.
+  // Two or three digits (major, then one digit of minor), at most one of 'a' / 'f', and
+  // "-virtual" for PTX.
+  static const std::string kVirtual = "-virtual";
+  const bool ptx = target.size() > kVirtual.size() && target.ends_with(kVirtual);
+  const std::string arch = ptx ? target.substr(0, target.size() - kVirtual.size()) : target;
   size_t digits = 0;
-  while (digits < target.size() && std::isdigit(static_cast<unsigned char>(target[digits]))) ++digits;
-  const std::string suffix = target.substr(digits);
+  while (digits < arch.size() && std::isdigit(static_cast<unsigned char>(arch[digits]))) ++digits;
+  const std::string suffix = arch.substr(digits);
   if (digits < 2 || digits > 3 || (suffix != "" && suffix != "a" && suffix != "f")) return false;
-  const int built = std::stoi(target.substr(0, digits));
+  const int built = std::stoi(arch.substr(0, digits));
   if (suffix == "a") return sm == built;  // arch-specific: that compute capability alone
-  // Plain and family-specific machine code: the same major version, the same or a later minor.
+  // Family-specific code, and plain machine code: the same major version, the same or a later
+  // minor. Plain PTX: any later GPU.
+  if (ptx && suffix.empty()) return sm >= built;
   return sm / 10 == built / 10 && sm % 10 >= built % 10;
 }
 
@@ -54,6 +60,7 @@ BuildSupport kernel_image_support(const void* kernel, const GpuSpec& gpu, const 
   if (st == cudaSuccess) {
     s.runs = true;
     s.machine_code_sm = attr.binaryVersion;
+    s.code_sm = attr.ptxVersion;
   } else if (st == cudaErrorNoKernelImageForDevice || st == cudaErrorInvalidDeviceFunction) {
     s.why = "this build's machine code (run targets " + targets + ") does not run on " + gpu.name + " (" +
             gpu.arch_name() + "): rebuild with -DFP4MOE_CUDA_ARCHS=" + run_target_for(gpu.sm);
@@ -74,6 +81,14 @@ BuildSupport build_support_for(const GpuSpec& gpu) {
   // for all of them.
   return detail::kernel_image_support(kernels::w4a16_kernels().front().function, gpu, FP4MOE_CUDA_ARCHS);
 #endif
+}
+
+GpuSpec gpu_for_build(const GpuSpec& gpu) {
+  GpuSpec g = gpu;
+  if (!gpu.live) return g;
+  const BuildSupport s = build_support_for(gpu);
+  if (s.runs && s.code_sm >= 80 && s.code_sm / 10 < gpu.sm / 10) g.sm = s.code_sm;
+  return g;
 }
 
 }  // namespace fp4moe

@@ -51,8 +51,20 @@ TEST(RunTargets, FamilySpecificMachineCodeRunsOnItsFamily) {
   EXPECT_FALSE(run_target_runs_on("100f", 120));
 }
 
+TEST(RunTargets, PtxRunsOnEveryLaterGpuButArchSpecificPtxOnItsOwn) {
+  EXPECT_TRUE(run_target_runs_on("80-virtual", 80));
+  EXPECT_TRUE(run_target_runs_on("80-virtual", 90));
+  EXPECT_TRUE(run_target_runs_on("80-virtual", 120));
+  EXPECT_FALSE(run_target_runs_on("86-virtual", 80));
+  EXPECT_TRUE(run_target_runs_on("90a-virtual", 90));
+  EXPECT_FALSE(run_target_runs_on("90a-virtual", 100));
+  EXPECT_TRUE(run_target_runs_on("100f-virtual", 103));
+  EXPECT_FALSE(run_target_runs_on("100f-virtual", 120));
+}
+
 TEST(RunTargets, StringsThatAreNoTargetRunNowhere) {
-  for (const char* s : {"", "a", "9", "9a", "1000", "90b", "90aa", "sm_90a", "compute_90", " 90", "90 "})
+  for (const char* s : {"", "a", "9", "9a", "1000", "90b", "90aa", "sm_90a", "compute_90", " 90", "90 ", "-virtual",
+                        "80-virtual-virtual", "80virtual", "80-Virtual"})
     EXPECT_FALSE(run_target_runs_on(s, 90)) << "'" << s << "'";
 }
 

@@ -16,7 +16,10 @@ endmacro()
 foreach(case "80 80 TRUE" "80 86 TRUE" "80 89 TRUE" "86 80 FALSE" "80 90 FALSE" "80 120 FALSE" "120 121 TRUE"
              "90 100 FALSE" "90a 90 TRUE" "100a 100 TRUE" "100a 103 FALSE" "120a 120 TRUE" "120a 121 FALSE"
              "90a 100 FALSE" "100f 100 TRUE" "100f 103 TRUE" "103f 100 FALSE" "120f 121 TRUE" "100f 120 FALSE"
-             "9 90 FALSE" "9a 90 FALSE" "1000 90 FALSE" "90b 90 FALSE" "sm_90a 90 FALSE")
+             "80-virtual 80 TRUE" "80-virtual 90 TRUE" "80-virtual 120 TRUE" "86-virtual 80 FALSE"
+             "90a-virtual 90 TRUE" "90a-virtual 100 FALSE" "100f-virtual 103 TRUE" "100f-virtual 120 FALSE"
+             "9 90 FALSE" "9a 90 FALSE" "1000 90 FALSE" "90b 90 FALSE" "sm_90a 90 FALSE" "-virtual 90 FALSE"
+             "80-virtual-virtual 90 FALSE" "80virtual 90 FALSE")
   string(REPLACE " " ";" c "${case}")
   list(GET c 0 target)
   list(GET c 1 sm)

@@ -30,6 +30,13 @@ inline const std::string& gpu_unavailable_reason() {
 
 inline bool gpu_available() { return gpu_unavailable_reason().empty(); }
 
+// GPU 0 as this build's kernels see it (gpu_for_build: the PTX's architecture where the driver
+// JIT-compiles an earlier major version's), as the layer plans for it. After FP4MOE_REQUIRE_GPU.
+inline const GpuSpec& gpu() {
+  static const GpuSpec g = gpu_for_build(query_cuda_environment().devices.at(0));
+  return g;
+}
+
 // Every GPU test starts with this: "skipped" (not passed, not failed) without a GPU, or on one
 // this build has no machine code for.
 #define FP4MOE_REQUIRE_GPU()                                                                  \

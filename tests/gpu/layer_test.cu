@@ -123,8 +123,8 @@ std::vector<Tactic> tactics_of(Epilogue ep) {
 TEST(GpuLayer, EveryTacticMatchesReferenceOnOddShape) {
   FP4MOE_REQUIRE_GPU();
   LayerCase c = make_case(odd_config(), 31);
-  const bool wgmma = query_cuda_environment().devices[0].has_wgmma();
-  const bool sm90 = query_cuda_environment().devices[0].sm >= 90;
+  const bool wgmma = test::gpu().has_wgmma();
+  const bool sm90 = test::gpu().sm >= 90;
   uint64_t seed = 100;
   int plans = 0;
   // Within each family (w4a16_gemv runs its two GEMMs together, w4a16_fused both in one kernel:
@@ -184,7 +184,7 @@ TEST_P(GpuLayerPreset, HeuristicPlanMatchesReferenceAcrossBatchSizes) {
   }
   // Every tactic of the fused family (sm_90+) at the batches it takes, whatever the heuristic
   // picks there: at full size FC1's K (6144) is split into K chunks, summed by the last arrival.
-  if (query_cuda_environment().devices[0].sm < 90) return;
+  if (test::gpu().sm < 90) return;
   for (int64_t tokens : {1, 3, 8}) {
     const std::vector<float> hidden = make_hidden_states(tokens, cfg.hidden, ++seed);
     const std::vector<float> logits = make_router_logits(tokens, cfg.num_experts, seed);
@@ -238,7 +238,7 @@ test::Comparison check_sampled_tokens(const MoeWeights& w, const std::vector<flo
 
 TEST(GpuLayer, PrefillFamilyMatchesReferenceOnGlm5) {
   FP4MOE_REQUIRE_GPU();
-  if (!query_cuda_environment().devices[0].has_wgmma()) GTEST_SKIP() << "the prefill family needs sm_90a";
+  if (!test::gpu().has_wgmma()) GTEST_SKIP() << "the prefill family needs sm_90a";
   const MoeConfig cfg = MoeConfig::preset("glm5");
   LayerCase c = make_case(cfg, 17);
   std::vector<Tactic> fc1, fc2;
@@ -352,7 +352,7 @@ TEST(GpuLayer, SoftmaxAndGroupLimitedRouting) {
 // against the reference's, then two more runs and a CUDA graph replay bitwise equal to the first.
 TEST(GpuLayer, FusedFamilyMatchesReference) {
   FP4MOE_REQUIRE_GPU();
-  if (query_cuda_environment().devices[0].sm < 90) GTEST_SKIP() << "the fused family needs sm_90+";
+  if (test::gpu().sm < 90) GTEST_SKIP() << "the fused family needs sm_90+";
   std::vector<Tactic> fused;
   for (const Tactic& t : tactics_of(Epilogue::kSwiglu))
     if (t.family == Family::kW4a16Fused) fused.push_back(t);
@@ -541,7 +541,7 @@ TEST(GpuLayer, RejectsBadInput) {
   EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 9, buf.get<uint16_t>(), nullptr, &small),
                Error);
   // The fused family (sm_90+): one kernel, so the same shape for both GEMMs, and up to 8 tokens.
-  if (query_cuda_environment().devices[0].sm >= 90) {
+  if (test::gpu().sm >= 90) {
     std::vector<Tactic> fused;
     for (const Tactic& t : tactics_of(Epilogue::kSwiglu))
       if (t.family == Family::kW4a16Fused) fused.push_back(t);

@@ -61,7 +61,7 @@ TEST_P(GpuRouting, MatchesReferenceAndPermutationIsConsistent) {
   p.chunk_counts = chunk_counts.get<int>();
   // As the layer launches it: on sm_90+ the multi-CTA path's second kernel is a programmatic
   // dependent launch of the first, which it must wait for.
-  kernels::launch_routing(p, nullptr, /*pdl=*/query_cuda_environment().devices[0].sm >= 90);
+  kernels::launch_routing(p, nullptr, /*pdl=*/test::gpu().sm >= 90);
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
 
   const Routing ref = route_reference(c.cfg, logits, T, E,
