@@ -171,13 +171,27 @@ inline constexpr double kPrefillThreeWarpgroupsMinTokens = 96;
 // T = 3072 (96) level with it.
 inline constexpr double kPrefillThreeWarpgroupsN144MaxTokens = 112;
 
-// Decode token tile, from mean = T * k / E: 8 up to kDecodeN8MaxMean, 16 up to kDecodeN16MaxMean,
-// else 64. Measured: the tuner's fastest tile on the H200 (glm5) was 8 at a mean of 4 and 16 at
+// Decode token tile, from mean = T * k / E: 8 up to kDecodeN8MaxMean, 16 up to kDecodeN16MaxMean
+// (on GPUs of low bandwidth per SM 32 from kDecodeN32MinMeanLowBandwidth, below), else 64. Measured: the tuner's fastest tile on the H200 (glm5) was 8 at a mean of 4 and 16 at
 // 8, 16 and 32; among the decode tiles 64 was fastest at 64 and 128 (where sm_90a runs the
 // prefill family instead). The rule it replaced sized the tile to the expected busiest expert
 // (mean + 2 sqrt(mean) + 1) and ran 7-12% slower at T = 128, 256 and 512.
 inline constexpr double kDecodeN8MaxMean = 6;
 inline constexpr double kDecodeN16MaxMean = 32;
+// Where DRAM gives each SM fewer bytes a second (kPrefillLowBandwidthPerSmGbs) and there is no
+// prefill family (sm_80, sm_120), wide experts take the 32-token tile from this mean up to
+// kDecodeN16MaxMean: at 16-32 tokens an expert most experts need two 16-token tiles, each
+// dequantizing the expert's weights once, and where the slower stream leaves the 16-token tile's
+// weights time to spare that second pass costs more than the 32-token tile's fewer CTAs. The
+// sm_80 device code (compute_80 PTX, JIT-compiled) on an H100, both GEMMs forced, two rounds in
+// one process, glm5 layer us, m256n16k256:s2:w8 (the rule before) against m128n32k256:s3:w4:
+// T = 256 (mean 8) 2120/2121 against 2664/2667, T = 384 (12) 2510/2512 against 2819/2707, T = 448
+// (14) 2746/2745 against 2825/2805, T = 512 (16) 3192/3193 against 2900/2916, T = 768 (24)
+// 4426/4437 against 3600/3471, T = 1024 (32) 5646/5653 against 4704/4670 (the 64-token tile
+// 4610/4635, level); docs/measurements/h100_sm80_code_decode_tiles.txt. On the H200 (sm_90a
+// code) the 16-token tile led at a mean of 16 (docs/HEURISTIC.md), so the high-bandwidth GPUs
+// (the B200 too) keep it. Narrow experts are unmeasured here and keep it as well.
+inline constexpr double kDecodeN32MinMeanLowBandwidth = 16;
 // The 8-token tile with 2 stages while at most one expert in eight holds a token (T <= 4 for
 // E = 256, k = 8): 3 CTAs of 4 warps on an H200 SM instead of 2 of 8 (3 stages), 1.5x the
 // stream-K ranges, each two thirds as long - at these sizes every CTA is a short chain of
@@ -231,7 +245,8 @@ ModelOptions gemm_model_options(const MoeConfig& cfg, int64_t tokens, Epilogue e
 // The mean routed tokens per expert from which a GEMM of `cfg` takes the prefill family on `gpu`
 // (an sm_90a GPU; the rule above).
 double prefill_min_tokens(const MoeConfig& cfg, const GpuSpec& gpu);
-int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens);
+// The decode rule's token tile for a GEMM of `cfg` at `tokens` tokens on `gpu` (the rule above).
+int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu);
 // The tactic for one GEMM: the prefill family where the rule above takes it; otherwise the
 // decode family's: token tile as above, 128 weight rows, 4 warps (8 for the 64-token tile),
 // the compiled stages (2 up to kDecodeTwoStagesMaxMean or for narrow experts), 256 rows with 8

@@ -74,11 +74,18 @@ ModelOptions gemm_model_options(const MoeConfig& cfg, int64_t tokens, Epilogue e
   return mo;
 }
 
+namespace {
+// Whether DRAM gives each SM of `gpu` few bytes a second (kPrefillLowBandwidthPerSmGbs): the
+// H100, the workstation Blackwell GPUs; not the H200 or the B200.
+bool low_bandwidth_per_sm(const GpuSpec& gpu) {
+  return gpu.mem_bandwidth_gbs > 0 && gpu.sm_count > 0 &&
+         gpu.mem_bandwidth_gbs / gpu.sm_count < kPrefillLowBandwidthPerSmGbs;
+}
+}  // namespace
+
 double prefill_min_tokens(const MoeConfig& cfg, const GpuSpec& gpu) {
   if (narrow_experts(cfg)) return kPrefillMinTokensNarrow;
-  const bool low_bandwidth = gpu.mem_bandwidth_gbs > 0 && gpu.sm_count > 0 &&
-                             gpu.mem_bandwidth_gbs / gpu.sm_count < kPrefillLowBandwidthPerSmGbs;
-  return low_bandwidth ? kPrefillMinTokensLowBandwidth : kPrefillMinTokens;
+  return low_bandwidth_per_sm(gpu) ? kPrefillMinTokensLowBandwidth : kPrefillMinTokens;
 }
 
 namespace {
@@ -95,9 +102,12 @@ double mean_tokens_per_expert(const MoeConfig& cfg, int64_t tokens) {
 
 // The rules themselves, on input the public entry points have checked (once a plan: the layer
 // plans every forward call).
-int token_tile(const MoeConfig& cfg, int64_t tokens) {
+int token_tile(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu) {
   const double mean = mean_tokens_per_expert(cfg, tokens);
   if (mean <= kDecodeN8MaxMean) return 8;
+  if (mean >= kDecodeN32MinMeanLowBandwidth && mean <= kDecodeN16MaxMean && low_bandwidth_per_sm(gpu) &&
+      !narrow_experts(cfg))
+    return 32;
   if (mean <= kDecodeN16MaxMean) return 16;
   return 64;
 }
@@ -110,7 +120,7 @@ Tactic tactic_for(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epil
     const Tactic prefill = prefill_tactic(cfg, mean, ep);
     if (fits(prefill)) return prefill;
   }
-  const Tactic preferred = decode_tactic(token_tile(cfg, tokens), mean, narrow_experts(cfg), ep);
+  const Tactic preferred = decode_tactic(token_tile(cfg, tokens, gpu), mean, narrow_experts(cfg), ep);
   if (fits(preferred)) {
     const auto ctas = [&](const Tactic& t) { return model_resources(t, gpu, DataType::kNvfp4, mo).ctas_per_sm; };
     // Beyond the almost empty experts of the 2-stage rule, the 8- and 16-token tiles take 256
@@ -149,9 +159,9 @@ Tactic tactic_for(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epil
 }
 }  // namespace
 
-int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens) {
+int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu) {
   check_plan_input(cfg, tokens, "heuristic token tile");
-  return token_tile(cfg, tokens);
+  return token_tile(cfg, tokens, gpu);
 }
 
 Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epilogue ep) {

@@ -14,32 +14,60 @@
 namespace fp4moe {
 namespace {
 
-std::string fc1(const MoeConfig& cfg, int64_t tokens, const std::string& gpu) {
-  return format_tactic(heuristic_plan(cfg, tokens, resolve_gpu(gpu)).fc1);
+std::string fc1(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu) {
+  return format_tactic(heuristic_plan(cfg, tokens, gpu).fc1);
 }
-std::string fc2(const MoeConfig& cfg, int64_t tokens, const std::string& gpu) {
-  return format_tactic(heuristic_plan(cfg, tokens, resolve_gpu(gpu)).fc2);
+std::string fc2(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu) {
+  return format_tactic(heuristic_plan(cfg, tokens, gpu).fc2);
 }
+std::string fc1(const MoeConfig& cfg, int64_t tokens, const std::string& gpu) { return fc1(cfg, tokens, resolve_gpu(gpu)); }
+std::string fc2(const MoeConfig& cfg, int64_t tokens, const std::string& gpu) { return fc2(cfg, tokens, resolve_gpu(gpu)); }
 
 TEST(Heuristic, TokenTileFollowsTheMeanTokensPerExpert) {
   const MoeConfig glm5 = MoeConfig::glm5();  // E 256, top-8: mean T / 32 tokens per expert
-  EXPECT_EQ(heuristic_token_tile(glm5, 1), 8);
-  EXPECT_EQ(heuristic_token_tile(glm5, 192), 8);    // mean 6
-  EXPECT_EQ(heuristic_token_tile(glm5, 193), 16);
-  EXPECT_EQ(heuristic_token_tile(glm5, 1024), 16);  // mean 32
-  EXPECT_EQ(heuristic_token_tile(glm5, 1025), 64);
-  EXPECT_EQ(heuristic_token_tile(glm5, 65536), 64);
+  const GpuSpec h200 = resolve_gpu("h200");
+  EXPECT_EQ(heuristic_token_tile(glm5, 1, h200), 8);
+  EXPECT_EQ(heuristic_token_tile(glm5, 192, h200), 8);    // mean 6
+  EXPECT_EQ(heuristic_token_tile(glm5, 193, h200), 16);
+  EXPECT_EQ(heuristic_token_tile(glm5, 512, h200), 16);   // mean 16
+  EXPECT_EQ(heuristic_token_tile(glm5, 1024, h200), 16);  // mean 32
+  EXPECT_EQ(heuristic_token_tile(glm5, 1025, h200), 64);
+  EXPECT_EQ(heuristic_token_tile(glm5, 65536, h200), 64);
+  EXPECT_EQ(heuristic_token_tile(glm5, 1024, resolve_gpu("b200")), 16);  // 54 GB/s an SM
+}
+
+// Where each SM gets fewer bytes a second (the H100, 25 GB/s an SM; sm_120, ~10) wide experts
+// take the 32-token tile from a mean of 16 to 32; narrow experts, and the means around it, not.
+TEST(Heuristic, TokenTileOf32OnLowBandwidthGpusForWideExperts) {
+  const MoeConfig glm5 = MoeConfig::glm5();
+  for (const char* name : {"h100", "rtx-pro-6000"}) {
+    const GpuSpec gpu = resolve_gpu(name);
+    EXPECT_EQ(heuristic_token_tile(glm5, 192, gpu), 8) << name;
+    EXPECT_EQ(heuristic_token_tile(glm5, 511, gpu), 16) << name;  // mean 15.97
+    EXPECT_EQ(heuristic_token_tile(glm5, 512, gpu), 32) << name;  // mean 16
+    EXPECT_EQ(heuristic_token_tile(glm5, 1024, gpu), 32) << name;
+    EXPECT_EQ(heuristic_token_tile(glm5, 1025, gpu), 64) << name;
+    EXPECT_EQ(heuristic_token_tile(MoeConfig::glm5_tp8(), 1024, gpu), 16) << name;  // narrow
+  }
+  // An H100 as the sm_80 device code sees it (no prefill family): the 3-stage 32-token tile.
+  GpuSpec h100_as_sm80 = resolve_gpu("h100");
+  h100_as_sm80.sm = 80;
+  EXPECT_EQ(fc1(glm5, 1024, h100_as_sm80), "w4a16_mma:m128n32k256:s3:w4:sk1:swiglu");
+  EXPECT_EQ(fc2(glm5, 512, h100_as_sm80), "w4a16_mma:m128n32k256:s3:w4:sk1:finalize");
+  EXPECT_EQ(fc1(glm5, 384, h100_as_sm80), "w4a16_mma:m256n16k256:s2:w8:sk1:swiglu");
+  // The H100 itself runs the prefill family there.
+  EXPECT_EQ(heuristic_plan(glm5, 1024, resolve_gpu("h100")).fc1.family, Family::kW4a16Wgmma);
 }
 
 // Every entry point checks its config and token count first (each divides by E).
 TEST(Heuristic, EveryEntryPointRejectsBadInput) {
   const GpuSpec h200 = resolve_gpu("h200");
   MoeConfig none;  // 0 experts
-  EXPECT_THROW(heuristic_token_tile(none, 1), Error);
+  EXPECT_THROW(heuristic_token_tile(none, 1, h200), Error);
   EXPECT_THROW(heuristic_tactic(none, 1, h200, Epilogue::kSwiglu), Error);
   const MoeConfig glm5 = MoeConfig::glm5();
   for (const int64_t t : {int64_t{0}, int64_t{-1}, INT64_MIN}) {
-    EXPECT_THROW(heuristic_token_tile(glm5, t), Error) << t;
+    EXPECT_THROW(heuristic_token_tile(glm5, t, h200), Error) << t;
     EXPECT_THROW(heuristic_tactic(glm5, t, h200, Epilogue::kSwiglu), Error) << t;
     EXPECT_THROW(heuristic_plan(glm5, t, h200), Error) << t;
   }
@@ -183,8 +211,10 @@ TEST(Heuristic, FallsBackToWhatFitsOnSm120) {
   EXPECT_EQ(fc1(glm5, 256, "rtx-pro-6000"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
   // Past the decode rule (prefill sizes: its wgmma tiles do not exist on sm_120) the 32-token
   // tile of two stages, the widest that fits (on an H100 1.22-1.50x faster than the 16-token one
-  // there at glm5 and glm5-tp8 T = 2048-16384); at the 16-token rule's sizes the 2-stage 128 x 16.
-  EXPECT_EQ(fc1(glm5, 1024, "rtx-pro-6000"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
+  // there at glm5 and glm5-tp8 T = 2048-16384); and so from a mean of 16, where the low-bandwidth
+  // rule asks for 32 tokens (1.16x at glm5 T = 512 on an H100); below it the 2-stage 128 x 16.
+  EXPECT_EQ(fc1(glm5, 384, "rtx-pro-6000"), "w4a16_mma:m128n16k256:s2:w4:sk1:swiglu");
+  EXPECT_EQ(fc1(glm5, 1024, "rtx-pro-6000"), "w4a16_mma:m128n32k256:s2:w4:sk1:swiglu");
   EXPECT_EQ(fc1(glm5, 4096, "rtx-pro-6000"), "w4a16_mma:m128n32k256:s2:w4:sk1:swiglu");
   EXPECT_EQ(fc2(glm5, 16384, "rtx-pro-6000"), "w4a16_mma:m128n32k256:s2:w4:sk1:finalize");
   EXPECT_EQ(fc1(MoeConfig::glm5_tp8(), 2048, "rtx-5090"), "w4a16_mma:m128n32k256:s2:w4:sk1:swiglu");
