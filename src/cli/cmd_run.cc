@@ -120,7 +120,8 @@ void run_layer(const RunArgs& a) {
   FP4MOE_CHECK(!(a.device == "gpu" && env.devices.empty()), "--device gpu: no usable GPU (", env.error, ")");
   // A GPU this build has no machine code for (a Blackwell GPU with the default build): --device
   // gpu fails naming the run target to build; auto runs the CPU reference and says why.
-  const BuildSupport support = env.devices.empty() ? BuildSupport{} : build_support_for(env.devices[0]);
+  const BuildSupport support =
+      env.devices.empty() || a.device == "cpu" ? BuildSupport{} : build_support_for(env.devices[0]);
   FP4MOE_CHECK(a.device != "gpu" || support.runs, "--device gpu: ", support.why);
   if (a.device == "auto" && !env.devices.empty() && !support.runs)
     std::fprintf(stderr, "fp4moe: note: %s; running the CPU reference instead\n", support.why.c_str());
