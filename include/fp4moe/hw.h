@@ -90,5 +90,7 @@ BuildSupport build_support_for(const GpuSpec& gpu);
 // features alone the device code has (no wgmma, bulk copies or programmatic launches before
 // sm_90); otherwise (and where nothing runs) the GPU unchanged. The layer plans for this GPU.
 GpuSpec gpu_for_build(const GpuSpec& gpu);
+// The same from an answer of build_support_for(gpu) already at hand.
+GpuSpec gpu_for_build(const GpuSpec& gpu, const BuildSupport& support);
 
 }  // namespace fp4moe

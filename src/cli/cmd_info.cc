@@ -47,7 +47,7 @@ void register_info(CLI::App& app) {
       else if (support.code_sm != support.machine_code_sm)  // JIT: PTX of an earlier architecture
         std::printf("      kernels: sm_%d machine code the driver compiled from this build's compute_%d PTX "
                     "(the layer plans for sm_%d)\n", support.machine_code_sm, support.code_sm,
-                    gpu_for_build(g).sm);
+                    gpu_for_build(g, support).sm);
       else if (support.machine_code_sm == g.sm)
         std::printf("      kernels: this build's sm_%d machine code runs here\n", support.machine_code_sm);
       else  // an earlier minor version's (sm_80's on an sm_86): compiled for its limits

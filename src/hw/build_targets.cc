@@ -11,7 +11,9 @@
 #ifdef FP4MOE_WITH_CUDA
 #include <cuda_runtime.h>
 
+#include "kernels/common/cuda_check.h"
 #include "kernels/gemm/w4a16_registry.h"
+#include "runtime/device_buffer.h"  // ScopedDevice
 #endif
 
 namespace fp4moe {
@@ -50,18 +52,15 @@ BuildSupport kernel_image_support(const void* kernel, const GpuSpec& gpu, const 
   s.why = "built without CUDA";
 #else
   FP4MOE_CHECK(gpu.live && gpu.device_index >= 0, "kernel_image_support: ", gpu.name, " is a table entry, not a live GPU");
-  int caller = 0;
-  if (cudaGetDevice(&caller) != cudaSuccess) caller = 0;
-  cudaError_t st = cudaSetDevice(gpu.device_index);
+  const ScopedDevice on_device(gpu.device_index);
   cudaFuncAttributes attr{};
-  if (st == cudaSuccess) st = cudaFuncGetAttributes(&attr, kernel);
-  (void)cudaGetLastError();  // neither failure is sticky; the next check must not see it again
-  (void)cudaSetDevice(caller);
+  const cudaError_t st = cudaFuncGetAttributes(&attr, kernel);
+  (void)cudaGetLastError();  // not sticky; the next check must not see it again
   if (st == cudaSuccess) {
     s.runs = true;
     s.machine_code_sm = attr.binaryVersion;
     s.code_sm = attr.ptxVersion;
-  } else if (st == cudaErrorNoKernelImageForDevice || st == cudaErrorInvalidDeviceFunction) {
+  } else if (is_missing_kernel_image(st)) {
     s.why = "this build's machine code (run targets " + targets + ") does not run on " + gpu.name + " (" +
             gpu.arch_name() + "): rebuild with -DFP4MOE_CUDA_ARCHS=" + run_target_for(gpu.sm);
   } else {
@@ -83,12 +82,12 @@ BuildSupport build_support_for(const GpuSpec& gpu) {
 #endif
 }
 
-GpuSpec gpu_for_build(const GpuSpec& gpu) {
+GpuSpec gpu_for_build(const GpuSpec& gpu, const BuildSupport& support) {
   GpuSpec g = gpu;
-  if (!gpu.live) return g;
-  const BuildSupport s = build_support_for(gpu);
-  if (s.runs && s.code_sm >= 80 && s.code_sm / 10 < gpu.sm / 10) g.sm = s.code_sm;
+  if (support.runs && support.code_sm >= 80 && support.code_sm / 10 < gpu.sm / 10) g.sm = support.code_sm;
   return g;
 }
+
+GpuSpec gpu_for_build(const GpuSpec& gpu) { return gpu.live ? gpu_for_build(gpu, build_support_for(gpu)) : gpu; }
 
 }  // namespace fp4moe

@@ -273,7 +273,7 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
                "; the kernels need sm_80 or newer");
   const BuildSupport support = build_support_for(gpu_);
   FP4MOE_CHECK(support.runs, "GPU layer: ", support.why);
-  gpu_ = gpu_for_build(gpu_);  // PTX of an earlier major version, JIT-compiled: plan for its features
+  gpu_ = gpu_for_build(gpu_, support);  // PTX of an earlier major version, JIT-compiled: plan for its features
   const ScopedDevice on_device(opt.device);  // the caller's device is restored, on a throw too
   call_done_.emplace();
   FP4MOE_CHECK(!cfg_.quantize_activations,

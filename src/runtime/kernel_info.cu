@@ -16,7 +16,7 @@ std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, const M
   if (!k || query_cuda_environment().devices.empty()) return std::nullopt;
   cudaFuncAttributes attr{};
   const cudaError_t st = cudaFuncGetAttributes(&attr, k->function);
-  if (st == cudaErrorNoKernelImageForDevice || st == cudaErrorInvalidDeviceFunction) {
+  if (is_missing_kernel_image(st)) {
     (void)cudaGetLastError();
     return std::nullopt;  // no machine code of this build runs on the GPU (build_support_for says why)
   }

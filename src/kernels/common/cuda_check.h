@@ -22,3 +22,9 @@
   } while (0)
 
 #define FP4MOE_CUDA_CHECK_LAUNCH() FP4MOE_CUDA_CHECK(cudaGetLastError())
+
+// Whether a runtime call failed because the build holds no code of the kernel that the GPU
+// runs (no image for its architecture), not because of the call.
+inline bool is_missing_kernel_image(cudaError_t status) {
+  return status == cudaErrorNoKernelImageForDevice || status == cudaErrorInvalidDeviceFunction;
+}
