@@ -17,6 +17,8 @@
 
 namespace fp4moe {
 
+struct TuneResult;
+
 struct TuneOptions {
   std::vector<int64_t> buckets;  // default: token_buckets() up to 16384; others map to nearest_bucket()
   int warmup = 2;
@@ -45,6 +47,10 @@ struct TuneOptions {
   int max_finalists = 6;
   // Called before each measurement with a short label and the fraction done.
   std::function<void(const std::string&, double)> progress;
+  // Called as each bucket's two results are final (FC2's was timed with FC1's winner), before
+  // the next bucket starts: a caller that stores them then keeps every finished bucket of a run
+  // cut short (a tuning of every bucket takes minutes; `fp4moe tune` writes the cache here).
+  std::function<void(const TuneResult& fc1, const TuneResult& fc2)> on_bucket;
 };
 
 struct TimedTactic {

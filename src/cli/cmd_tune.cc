@@ -49,6 +49,55 @@ void require_cache_directory() {
                ": the tuning cache directory (FP4MOE_CACHE_DIR, XDG_CACHE_HOME or HOME) is not a directory");
 }
 
+#ifdef FP4MOE_WITH_CUDA
+// One GEMM's result at a bucket: the winner and runner-up, the other timed tactics, the rejected
+// ones with their reasons.
+void print_result(const TuneResult& r, double margin) {
+  // A finalist's time is the median of its turns' replays; its first pass, a burst after the
+  // idle of its verification, says how far such a burst falls from a settled clock.
+  auto finalist_note = [](const TimedTactic& c) -> std::string {
+    if (c.interleaved_us.empty()) return "";
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " [finalist: %zu replays in turns; first pass %.1f]", c.interleaved_us.size(),
+                  c.first_pass_us);
+    return buf;
+  };
+  std::printf("%s, bucket T=%lld: winner %s, layer %.1f us%s", describe(r.gemm).c_str(),
+              static_cast<long long>(r.bucket), format_tactic(r.timed[0].tactic).c_str(), r.timed[0].time_us,
+              finalist_note(r.timed[0]).c_str());
+  if (r.timed.size() > 1)
+    std::printf("; runner-up %s, layer %.1f us (%+.1f%%)%s", format_tactic(r.timed[1].tactic).c_str(),
+                r.timed[1].time_us, 100.0 * (r.timed[1].time_us / r.timed[0].time_us - 1),
+                finalist_note(r.timed[1]).c_str());
+  if (r.heuristic_kept) std::printf("; the heuristic's choice, kept: within the %.1f%% margin", 100 * margin);
+  std::printf("\n");
+  for (size_t i = 2; i < r.timed.size(); ++i)
+    std::printf("    %-44s %.1f us%s\n", format_tactic(r.timed[i].tactic).c_str(), r.timed[i].time_us,
+                finalist_note(r.timed[i]).c_str());
+  for (const auto& x : r.rejected)
+    std::printf("    rejected %-35s %s\n", format_tactic(x.tactic).c_str(), x.reason.c_str());
+}
+
+// Every timed and rejected tactic of the buckets finished so far; "complete" is false while the
+// run goes on (the file is rewritten after each bucket).
+void write_json(const std::string& file, const CacheIdentity& id, double secs, const std::vector<TuneResult>& results,
+                bool complete) {
+  nlohmann::json j = {{"gpu", id.gpu}, {"seconds", secs}, {"complete", complete}, {"results", nlohmann::json::array()}};
+  for (const TuneResult& r : results) {
+    nlohmann::json t = nlohmann::json::array(), x = nlohmann::json::array();
+    for (const auto& c : r.timed)
+      t.push_back({{"tactic", format_tactic(c.tactic)},
+                   {"us", c.time_us},
+                   {"first_pass_us", c.first_pass_us},
+                   {"interleaved_us", c.interleaved_us}});
+    for (const auto& c : r.rejected) x.push_back({{"tactic", format_tactic(c.tactic)}, {"reason", c.reason}});
+    j["results"].push_back({{"gemm", r.gemm.epilogue == Epilogue::kSwiglu ? "fc1" : "fc2"}, {"bucket", r.bucket},
+                            {"heuristic_kept", r.heuristic_kept}, {"timed", t}, {"rejected", x}});
+  }
+  write_text_file(file, j.dump(1) + "\n");
+}
+#endif
+
 void run_tune(const TuneArgs& a) {
   const MoeConfig cfg = a.shape.resolve();
   // What the end of a tuning run needs, checked before it: the token list, the JSON's path, a
@@ -91,57 +140,36 @@ void run_tune(const TuneArgs& a) {
       std::fprintf(stderr, "tune %3.0f%% %s\n", frac * 100, what.c_str());
     }
   };
-  const std::vector<TuneResult> results = tune_layer(*layer, w, o);
-  if (tty) std::fprintf(stderr, "\r\033[K");
+  // Each bucket goes to the cache (and the JSON) as it finishes: a run cut short - a timeout, ^C,
+  // a lost machine - keeps the buckets it finished, and its output says how far it got.
   const CacheIdentity& id = layer->cache_identity();
   const std::string path = TuningCache::file_for(id.sm, FP4MOE_VERSION);
-  std::vector<std::string> warnings;
-  TuningCache::merge_into_file(path, cache_entries(results, id), &warnings);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("tuned %s (H %lld, I %lld, E %d, top-%d) on %s in %.1f s (weights, upload and tuning)\n",
+  std::printf("tuning %s (H %lld, I %lld, E %d, top-%d) on %s; each bucket is stored in %s as it finishes\n",
               cfg.name.c_str(), static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.intermediate),
-              cfg.num_experts, cfg.routing.top_k, id.gpu.c_str(), secs);
-  // A finalist's time is the median of its turns' replays; its first pass, a burst after the
-  // idle of its verification, says how far such a burst falls from a settled clock.
-  auto finalist_note = [](const TimedTactic& c) -> std::string {
-    if (c.interleaved_us.empty()) return "";
-    char buf[96];
-    std::snprintf(buf, sizeof buf, " [finalist: %zu replays in turns; first pass %.1f]", c.interleaved_us.size(),
-                  c.first_pass_us);
-    return buf;
-  };
-  for (const TuneResult& r : results) {
-    std::printf("%s, bucket T=%lld: winner %s, layer %.1f us%s", describe(r.gemm).c_str(),
-                static_cast<long long>(r.bucket), format_tactic(r.timed[0].tactic).c_str(), r.timed[0].time_us,
-                finalist_note(r.timed[0]).c_str());
-    if (r.timed.size() > 1)
-      std::printf("; runner-up %s, layer %.1f us (%+.1f%%)%s", format_tactic(r.timed[1].tactic).c_str(),
-                  r.timed[1].time_us, 100.0 * (r.timed[1].time_us / r.timed[0].time_us - 1), finalist_note(r.timed[1]).c_str());
-    if (r.heuristic_kept) std::printf("; the heuristic's choice, kept: within the %.1f%% margin", 100 * a.margin);
-    std::printf("\n");
-    for (size_t i = 2; i < r.timed.size(); ++i)
-      std::printf("    %-44s %.1f us%s\n", format_tactic(r.timed[i].tactic).c_str(), r.timed[i].time_us,
-                  finalist_note(r.timed[i]).c_str());
-    for (const auto& x : r.rejected)
-      std::printf("    rejected %-35s %s\n", format_tactic(x.tactic).c_str(), x.reason.c_str());
-  }
-  for (const auto& w2 : warnings) std::printf("warning: %s\n", printable(w2).c_str());  // text from the cache file
-  std::printf("wrote %s\n", path.c_str());
-  if (!a.json.empty()) {
-    nlohmann::json j = {{"gpu", id.gpu}, {"seconds", secs}, {"results", nlohmann::json::array()}};
-    for (const TuneResult& r : results) {
-      nlohmann::json t = nlohmann::json::array(), x = nlohmann::json::array();
-      for (const auto& c : r.timed)
-        t.push_back({{"tactic", format_tactic(c.tactic)},
-                     {"us", c.time_us},
-                     {"first_pass_us", c.first_pass_us},
-                     {"interleaved_us", c.interleaved_us}});
-      for (const auto& c : r.rejected) x.push_back({{"tactic", format_tactic(c.tactic)}, {"reason", c.reason}});
-      j["results"].push_back({{"gemm", r.gemm.epilogue == Epilogue::kSwiglu ? "fc1" : "fc2"}, {"bucket", r.bucket},
-                              {"heuristic_kept", r.heuristic_kept}, {"timed", t}, {"rejected", x}});
+              cfg.num_experts, cfg.routing.top_k, id.gpu.c_str(), path.c_str());
+  std::fflush(stdout);
+  std::vector<TuneResult> finished;
+  std::vector<std::string> warnings;  // the cache file's, once each
+  auto seconds = [t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  o.on_bucket = [&](const TuneResult& fc1, const TuneResult& fc2) {
+    std::vector<std::string> w2;
+    TuningCache::merge_into_file(path, cache_entries({fc1, fc2}, id), &w2);
+    for (auto& x : w2)
+      if (std::find(warnings.begin(), warnings.end(), x) == warnings.end()) warnings.push_back(std::move(x));
+    if (tty) std::fprintf(stderr, "\r\033[K");
+    for (const TuneResult* r : {&fc1, &fc2}) {
+      print_result(*r, a.margin);
+      finished.push_back(*r);
     }
-    write_text_file(a.json, j.dump(1) + "\n");
-  }
+    std::fflush(stdout);
+    if (!a.json.empty()) write_json(a.json, id, seconds(), finished, false);
+  };
+  tune_layer(*layer, w, o);
+  if (tty) std::fprintf(stderr, "\r\033[K");
+  std::printf("tuned %zu buckets in %.1f s (weights, upload and tuning)\n", finished.size() / 2, seconds());
+  for (const auto& x : warnings) std::printf("warning: %s\n", printable(x).c_str());  // text from the cache file
+  std::printf("wrote %s\n", path.c_str());
+  if (!a.json.empty()) write_json(a.json, id, seconds(), finished, true);
 #endif
 }
 

@@ -283,6 +283,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       results.push_back(std::move(r));
       done += 1;
     }
+    if (opt.on_bucket) opt.on_bucket(results[results.size() - 2], results.back());
   }
   return results;
 }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "fp4moe/layer.h"
 #include "fp4moe/resource_model.h"
@@ -33,8 +35,30 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
   o.finalist_cycles = 2;
   o.finalist_turn_replays = 3;
   o.finalist_settle_ms = 2;
+  // What a caller is handed as each bucket finishes (fp4moe tune stores it then), and whether the
+  // next bucket had started by then.
+  std::vector<TuneResult> handed;
+  std::vector<std::string> labels;  // the progress labels so far
+  std::vector<bool> next_started;
+  o.progress = [&](const std::string& what, double) { labels.push_back(what); };
+  o.on_bucket = [&](const TuneResult& fc1, const TuneResult& fc2) {
+    handed.push_back(fc1);
+    handed.push_back(fc2);
+    // The last label is this bucket's (its FC2 finalists), none of the next bucket's yet.
+    next_started.push_back(labels.empty() || labels.back().rfind("T=" + std::to_string(fc1.bucket) + " ", 0) != 0);
+  };
   const std::vector<TuneResult> results = tune_layer(*layer, w, o);
   ASSERT_EQ(results.size(), 4u);  // 2 buckets x (FC1, FC2)
+  ASSERT_EQ(handed.size(), results.size()) << "every bucket handed over once";
+  for (size_t i = 0; i < results.size(); ++i) {
+    EXPECT_EQ(handed[i].bucket, results[i].bucket);
+    EXPECT_EQ(handed[i].gemm.epilogue, i % 2 == 0 ? Epilogue::kSwiglu : Epilogue::kFinalize);
+    ASSERT_EQ(handed[i].timed.size(), results[i].timed.size());
+    EXPECT_EQ(handed[i].timed[0].tactic, results[i].timed[0].tactic);
+    EXPECT_EQ(handed[i].timed[0].time_us, results[i].timed[0].time_us);
+    EXPECT_EQ(handed[i].heuristic_kept, results[i].heuristic_kept);
+  }
+  for (bool started : next_started) EXPECT_FALSE(started) << "a bucket was handed over after the next one began";
   for (const TuneResult& r : results) {
     size_t compiled = 0;
     for (const Tactic& t : compiled_w4a16_tactics()) compiled += t.epilogue == r.gemm.epilogue;
