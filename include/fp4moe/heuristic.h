@@ -214,6 +214,13 @@ inline constexpr double kDecodeTwoStagesMaxMean = 0.125;
 // tokens) 387.5/386.2 -> 375.5/375.6. At T = 1 (glm5 75.2/74.5 -> 77.2/76.8) and glm5-tp8 T = 4
 // (46.4/46.7 -> 47.7/47.8) it is slower: there the 2-stage rule's shorter stream-K ranges win.
 inline constexpr double kDecodeWideRowsMinMean = kDecodeTwoStagesMaxMean;
+// Narrow experts where DRAM gives each SM fewer bytes a second (kPrefillLowBandwidthPerSmGbs)
+// keep the 128-row, 4-warp tile up to this mean: on an H100, glm5-tp8, both GEMMs forced, two
+// rounds in one call, m128n8:s2:w4 against m256n8:s2:w8, layer us: T = 5 61.2/60.4 against
+// 62.8/60.6, T = 6 63.9/64.0 against 66.4/66.0, T = 7 69.2/69.0 against 71.6/71.3, T = 8
+// 78.6/78.6 against 80.6/80.1, T = 12 96.3/95.4 against 99.0/98.4, T = 16 118.0/118.0 against
+// 121.3/121.5, T = 32 (mean 1) 173.1/173.1 against 174.4/175.0. Above it unmeasured there.
+inline constexpr double kDecodeWideRowsMinMeanNarrowLowBandwidth = 1;
 // The small-batch family (w4a16_gemv, both GEMMs: the routing in FC1's prologue, the slot sum in
 // FC2's epilogue, two launches instead of four, no stream-K fix-ups) for narrow experts
 // (narrow_experts) up to kGemvMaxTokensNarrow tokens, where its shared memory (the staged batch)
@@ -223,9 +230,19 @@ inline constexpr double kDecodeWideRowsMinMean = kDecodeTwoStagesMaxMean;
 // with 8 warps) against 46.0/47.3; on glm5 (I = 2048) it is slower at every T (T = 1 84.1 against
 // 75.5 us): the stream-K family moves the weights by the copy engine, this family by every lane.
 inline constexpr int64_t kGemvMaxTokensNarrow = 3;
+// ... and up to 4 where DRAM gives each SM fewer bytes a second (kPrefillLowBandwidthPerSmGbs):
+// on an H100 (seventy-first session) `fp4moe tune --preset glm5-tp8` ranked the family first at
+// T = 4, and the bench with that cache against the heuristic's stream-K plan, two processes each
+// in one call, read 47.8/47.7 us against 50.6/50.7; forced, two rounds, 48.6/48.4 (8 warps)
+// against 51.0/51.5 for the stream-K 8-token tile, and at T = 5 62.8/62.7 against 60.2/60.4, so
+// it stops at 4 (docs/HEURISTIC.md, "Narrow experts at T = 1-32 on an H100").
+inline constexpr int64_t kGemvMaxTokensNarrowLowBandwidth = 4;
 // Its tactic: one row tile per block, 6 warps with 2 K groups in flight each (three CTAs per SM:
-// all of a single-token FC1's blocks resident at once).
-Tactic gemv_tactic(Epilogue ep);
+// all of a single-token FC1's blocks resident at once); 8 warps from 4 tokens (48.3/48.0 against
+// 50.8/50.8 us with 6 at glm5-tp8 T = 4 on the H200), from 3 where each SM gets few bytes (the
+// H100, glm5-tp8 T = 3: 38.8/38.6 against 40.2/40.1; T = 2 level, T = 1 26.2/26.1 against
+// 25.0/25.2).
+Tactic gemv_tactic(int64_t tokens, const GpuSpec& gpu, Epilogue ep);
 // The fused family (w4a16_fused: the whole layer in one persistent launch, work handed out as it
 // runs; sm_90+) for wide experts up to kFusedMaxTokens tokens. Measured on the H200 (glm5, both
 // GEMMs forced, layer us in the CUDA graph, two rounds in one call; docs/HEURISTIC.md): T = 1

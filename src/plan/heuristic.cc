@@ -127,8 +127,11 @@ Tactic tactic_for(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epil
     // weight rows with 8 warps and 2 stages where two such CTAs share an SM: each warp computes
     // what it did in the 128-row, 4-warp tile, but a unit covers twice the rows, so its tokens
     // are copied and its bookkeeping and stream-K cuts paid once per 256 rows
-    // (kDecodeWideRowsMinMean).
-    if (mean > kDecodeWideRowsMinMean && (preferred.tile_tokens == 8 || preferred.tile_tokens == 16)) {
+    // (kDecodeWideRowsMinMean; narrow experts on GPUs of low bandwidth per SM from a larger one).
+    const double wide_rows_min = narrow_experts(cfg) && low_bandwidth_per_sm(gpu)
+                                     ? kDecodeWideRowsMinMeanNarrowLowBandwidth
+                                     : kDecodeWideRowsMinMean;
+    if (mean > wide_rows_min && (preferred.tile_tokens == 8 || preferred.tile_tokens == 16)) {
       const Tactic wide{Family::kW4a16Mma, 256, preferred.tile_tokens, 256, 2, 8, 1, ep, false};
       if (fits(wide) && ctas(wide) >= 2) return wide;
     }
@@ -171,7 +174,10 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
 
 // Six warps, two K groups in flight each: three CTAs per SM, so that every block of a narrow
 // single-token FC1 is resident at once (docs/HEURISTIC.md has the measurements).
-Tactic gemv_tactic(Epilogue ep) { return Tactic{Family::kW4a16Gemv, 16, 8, 256, 2, 6, 1, ep, false}; }
+Tactic gemv_tactic(int64_t tokens, const GpuSpec& gpu, Epilogue ep) {
+  const int64_t eight_warps_from = low_bandwidth_per_sm(gpu) ? 3 : 4;
+  return Tactic{Family::kW4a16Gemv, 16, 8, 256, 2, tokens >= eight_warps_from ? 8 : 6, 1, ep, false};
+}
 
 // 128 rows an item, 3 stages: three CTAs of a producer, an epilogue and four consumer warps per
 // H200 SM; a routed expert's FC1 item of 4 K groups for one token (glm5: 1536 items, enough for
@@ -194,8 +200,9 @@ LayerPlan heuristic_plan(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gp
     const LayerPlan fused{fused_tactic(tokens, Epilogue::kSwiglu), fused_tactic(tokens, Epilogue::kFinalize)};
     if (fits_both(fused)) return fused;
   }
-  if (narrow_experts(cfg) && tokens <= kGemvMaxTokensNarrow && cfg.num_experts <= 256) {
-    const LayerPlan gemv{gemv_tactic(Epilogue::kSwiglu), gemv_tactic(Epilogue::kFinalize)};
+  const int64_t gemv_max = low_bandwidth_per_sm(gpu) ? kGemvMaxTokensNarrowLowBandwidth : kGemvMaxTokensNarrow;
+  if (narrow_experts(cfg) && tokens <= gemv_max && cfg.num_experts <= 256) {
+    const LayerPlan gemv{gemv_tactic(tokens, gpu, Epilogue::kSwiglu), gemv_tactic(tokens, gpu, Epilogue::kFinalize)};
     if (fits_both(gemv)) return gemv;
   }
   // Stream-K balances any unit count over the GPU's CTAs, so the GPU enters only through what fits.

@@ -192,6 +192,28 @@ TEST(Heuristic, PlansOnTheH100) {
   EXPECT_EQ(prefill_min_tokens(tp8, resolve_gpu("h100")), kPrefillMinTokensNarrow);
 }
 
+// Narrow experts where each SM gets few bytes a second (measured on an H100, seventy-first session).
+TEST(Heuristic, NarrowExpertsOnLowBandwidthGpus) {
+  const MoeConfig glm5 = MoeConfig::glm5();
+  const MoeConfig tp8 = MoeConfig::preset("glm5-tp8");
+  // Where each SM gets fewer bytes a second (the H100, sm_120) the small-batch family up to 4
+  // tokens, with 8 warps from 3; then the 128-row 8-token tile up to a mean of 1 (T = 32).
+  for (const char* name : {"h100", "rtx-pro-6000"}) {
+    EXPECT_EQ(fc1(tp8, 2, name), "w4a16_gemv:m16n8k256:s2:w6:sk1:swiglu") << name;
+    EXPECT_EQ(fc1(tp8, 3, name), "w4a16_gemv:m16n8k256:s2:w8:sk1:swiglu") << name;
+    EXPECT_EQ(fc1(tp8, 4, name), "w4a16_gemv:m16n8k256:s2:w8:sk1:swiglu") << name;
+    EXPECT_EQ(fc2(tp8, 4, name), "w4a16_gemv:m16n8k256:s2:w8:sk1:finalize") << name;
+  }
+  EXPECT_EQ(fc1(tp8, 5, "h100"), "w4a16_mma:m128n8k256:s2:w4:sk1:swiglu");
+  EXPECT_EQ(fc2(tp8, 32, "h100"), "w4a16_mma:m128n8k256:s2:w4:sk1:finalize");
+  EXPECT_EQ(fc1(tp8, 33, "h100"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
+  // Wide experts on the H100 keep the H200's rows.
+  EXPECT_EQ(fc1(glm5, 8, "h100"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
+  // The H200 keeps its rule.
+  EXPECT_EQ(fc1(tp8, 3, "h200"), "w4a16_gemv:m16n8k256:s2:w6:sk1:swiglu");
+  EXPECT_EQ(fc1(tp8, 5, "h200"), "w4a16_mma:m256n8k256:s2:w8:sk1:swiglu");
+}
+
 TEST(Heuristic, PrefillFamilyOnlyWhereWgmmaExists) {
   const MoeConfig glm5 = MoeConfig::glm5();
   for (const char* gpu : {"b200", "rtx-pro-6000", "rtx-5090"})
