@@ -238,10 +238,12 @@ inline constexpr int64_t kGemvMaxTokensNarrow = 3;
 // it stops at 4 (docs/HEURISTIC.md, "Narrow experts at T = 1-32 on an H100").
 inline constexpr int64_t kGemvMaxTokensNarrowLowBandwidth = 4;
 // Its tactic: one row tile per block, 6 warps with 2 K groups in flight each (three CTAs per SM:
-// all of a single-token FC1's blocks resident at once); 8 warps from 4 tokens (48.3/48.0 against
-// 50.8/50.8 us with 6 at glm5-tp8 T = 4 on the H200), from 3 where each SM gets few bytes (the
-// H100, glm5-tp8 T = 3: 38.8/38.6 against 40.2/40.1; T = 2 level, T = 1 26.2/26.1 against
-// 25.0/25.2).
+// all of a single-token FC1's blocks resident at once); 8 warps from kGemvEightWarpsMinTokens
+// tokens (48.3/48.0 against 50.8/50.8 us with 6 at glm5-tp8 T = 4 on the H200), from
+// kGemvEightWarpsMinTokensLowBandwidth where each SM gets few bytes (the H100, glm5-tp8 T = 3:
+// 38.8/38.6 against 40.2/40.1; T = 2 level, T = 1 26.2/26.1 against 25.0/25.2).
+inline constexpr int64_t kGemvEightWarpsMinTokens = 4;
+inline constexpr int64_t kGemvEightWarpsMinTokensLowBandwidth = 3;
 Tactic gemv_tactic(int64_t tokens, const GpuSpec& gpu, Epilogue ep);
 // The fused family (w4a16_fused: the whole layer in one persistent launch, work handed out as it
 // runs; sm_90+) for wide experts up to kFusedMaxTokens tokens. Measured on the H200 (glm5, both

@@ -173,9 +173,11 @@ Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu
 }
 
 // Six warps, two K groups in flight each: three CTAs per SM, so that every block of a narrow
-// single-token FC1 is resident at once (docs/HEURISTIC.md has the measurements).
+// single-token FC1 is resident at once; eight from a few tokens (docs/HEURISTIC.md has the
+// measurements).
 Tactic gemv_tactic(int64_t tokens, const GpuSpec& gpu, Epilogue ep) {
-  const int64_t eight_warps_from = low_bandwidth_per_sm(gpu) ? 3 : 4;
+  const int64_t eight_warps_from =
+      low_bandwidth_per_sm(gpu) ? kGemvEightWarpsMinTokensLowBandwidth : kGemvEightWarpsMinTokens;
   return Tactic{Family::kW4a16Gemv, 16, 8, 256, 2, tokens >= eight_warps_from ? 8 : 6, 1, ep, false};
 }
 
