@@ -3,8 +3,9 @@
 // reference on a sample of tokens (a wrong result rejects it, like a failed launch), and timed
 // in the whole layer as a CUDA graph (warm-up, median, L2 flushed before every replay). The
 // finalists - the heuristic's tactic and the fastest within finalist_margin - are then timed
-// again in turns, each long enough for the clock to settle, and ranked by those. Winners go to
-// the tuning cache.
+// again in turns, each long enough for the clock to settle, and ranked by those. Where FC1 kept
+// the heuristic's tactic over a faster one, the two GEMMs' leading tactics are then timed
+// together as whole plans (the pairs). Winners go to the tuning cache.
 #pragma once
 
 #include <functional>
@@ -45,6 +46,16 @@ struct TuneOptions {
   double finalist_settle_ms = 300;  // untimed replays of a finalist at the start of each turn
   double finalist_margin = 0.08;
   int max_finalists = 6;
+  // The pairs: one GEMM at a time (FC1 with the heuristic's FC2, then FC2 with FC1's winner)
+  // misses two changes that each gain less than keep_heuristic_margin but more together. On an
+  // H100 at glm5-tp8 T = 5-16 the 128-row 8-token tile in both GEMMs was 1.5-3.5% faster than the
+  // heuristic's 256-row one, while neither GEMM's change alone cleared the 2.5% margin
+  // (docs/HEURISTIC.md). So where FC1 kept the heuristic's tactic over a faster finalist c1, the
+  // plans (winner FC1, winner FC2), (c1, winner FC2) and, where FC2 too kept its heuristic
+  // tactic over a faster c2, (winner FC1, c2) and (c1, c2) are timed in turns as the finalists
+  // are; a pair replaces the winners only by beating theirs by more than keep_heuristic_margin.
+  // (Not where a tactic runs both GEMMs: its partner is fixed.)
+  bool time_pairs = true;
   // Called before each measurement with a short label and the fraction done.
   std::function<void(const std::string&, double)> progress;
   // Called as each bucket's two results are final (FC2's was timed with FC1's winner), before
@@ -61,6 +72,13 @@ struct TimedTactic {
                                        // other finalists'
 };
 
+// A whole plan timed in turns with the bucket's other pairs (TuneOptions::time_pairs).
+struct TimedPlan {
+  Tactic fc1, fc2;
+  double time_us = 0;                  // the median of interleaved_us
+  std::vector<double> interleaved_us;  // its timed replays, its turns alternating with the other pairs'
+};
+
 struct RejectedTactic {
   Tactic tactic;
   std::string reason;  // the model's verdict, the launch error, or the wrong-result error
@@ -72,7 +90,11 @@ struct TuneResult {
   std::vector<TimedTactic> timed;  // the winner first, then the other finalists fastest first,
                                    // then the rest (first pass only) fastest first
   bool heuristic_kept = false;     // the winner is the heuristic's tactic, within the margin of timed[1]
+  bool won_in_pair = false;        // the winner was timed[1] of this GEMM's own ranking and won in a
+                                   // pair (the two swapped places; heuristic_kept is then false)
   std::vector<RejectedTactic> rejected;
+  std::vector<TimedPlan> pairs;    // FC2's result only: the pairs timed at this bucket, the
+                                   // winners' plan first (empty where none were timed)
 };
 
 // Tunes both GEMMs of `layer` (whose weights are `weights`) at every bucket, on the layer's GPU

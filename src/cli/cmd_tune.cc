@@ -37,6 +37,7 @@ struct TuneArgs {
   int finalist_turn_replays = TuneOptions{}.finalist_turn_replays;
   double finalist_settle_ms = TuneOptions{}.finalist_settle_ms;
   double margin = TuneOptions{}.keep_heuristic_margin;
+  bool no_pairs = !TuneOptions{}.time_pairs;
   uint64_t seed = 1;
 };
 
@@ -70,12 +71,26 @@ void print_result(const TuneResult& r, double margin) {
                 r.timed[1].time_us, 100.0 * (r.timed[1].time_us / r.timed[0].time_us - 1),
                 finalist_note(r.timed[1]).c_str());
   if (r.heuristic_kept) std::printf("; the heuristic's choice, kept: within the %.1f%% margin", 100 * margin);
+  if (r.won_in_pair) std::printf("; won in a pair (below), where alone it was the runner-up");
   std::printf("\n");
   for (size_t i = 2; i < r.timed.size(); ++i)
     std::printf("    %-44s %.1f us%s\n", format_tactic(r.timed[i].tactic).c_str(), r.timed[i].time_us,
                 finalist_note(r.timed[i]).c_str());
   for (const auto& x : r.rejected)
     std::printf("    rejected %-35s %s\n", format_tactic(x.tactic).c_str(), x.reason.c_str());
+}
+
+// The pairs of a bucket (FC2's result carries them): whole plans timed in turns, the GEMMs' own
+// winners first, and which one the cache now holds.
+void print_pairs(const TuneResult& fc1, const TuneResult& fc2) {
+  for (size_t i = 0; i < fc2.pairs.size(); ++i) {
+    const TimedPlan& p = fc2.pairs[i];
+    const bool chosen = p.fc1 == fc1.timed[0].tactic && p.fc2 == fc2.timed[0].tactic;
+    std::printf("    pair %-36s + %-36s layer %.1f us (%+.1f%%, %zu replays in turns)%s%s\n",
+                format_tactic(p.fc1).c_str(), format_tactic(p.fc2).c_str(), p.time_us,
+                100.0 * (p.time_us / fc2.pairs[0].time_us - 1), p.interleaved_us.size(),
+                i == 0 ? "; the GEMMs' own winners" : "", chosen ? "; chosen" : "");
+  }
 }
 
 // Every timed and rejected tactic of the buckets finished so far; "complete" is false while the
@@ -91,8 +106,19 @@ void write_json(const std::string& file, const CacheIdentity& id, double secs, c
                    {"first_pass_us", c.first_pass_us},
                    {"interleaved_us", c.interleaved_us}});
     for (const auto& c : r.rejected) x.push_back({{"tactic", format_tactic(c.tactic)}, {"reason", c.reason}});
-    j["results"].push_back({{"gemm", r.gemm.epilogue == Epilogue::kSwiglu ? "fc1" : "fc2"}, {"bucket", r.bucket},
-                            {"heuristic_kept", r.heuristic_kept}, {"timed", t}, {"rejected", x}});
+    nlohmann::json pairs = nlohmann::json::array();
+    for (const auto& p : r.pairs)
+      pairs.push_back({{"fc1", format_tactic(p.fc1)},
+                       {"fc2", format_tactic(p.fc2)},
+                       {"us", p.time_us},
+                       {"interleaved_us", p.interleaved_us}});
+    j["results"].push_back({{"gemm", r.gemm.epilogue == Epilogue::kSwiglu ? "fc1" : "fc2"},
+                            {"bucket", r.bucket},
+                            {"heuristic_kept", r.heuristic_kept},
+                            {"won_in_pair", r.won_in_pair},
+                            {"timed", t},
+                            {"rejected", x},
+                            {"pairs", pairs}});
   }
   write_text_file(file, j.dump(1) + "\n");
 }
@@ -128,6 +154,7 @@ void run_tune(const TuneArgs& a) {
   o.finalist_cycles = a.finalist_cycles;
   o.finalist_turn_replays = a.finalist_turn_replays;
   o.finalist_settle_ms = a.finalist_settle_ms;
+  o.time_pairs = !a.no_pairs;
   o.seed = a.seed;
   if (!buckets.empty()) o.buckets = buckets;
   const bool tty = isatty(fileno(stderr));
@@ -161,6 +188,7 @@ void run_tune(const TuneArgs& a) {
       print_result(*r, a.margin);
       finished.push_back(*r);
     }
+    print_pairs(fc1, fc2);
     std::fflush(stdout);
     if (!a.json.empty()) write_json(a.json, id, seconds(), finished, false);
   };
@@ -253,6 +281,9 @@ void register_tune(CLI::App& app) {
       ->check(FiniteRange(0.0, 10000.0));
   cmd->add_option("--margin", a->margin, "Keep the heuristic's tactic unless a candidate is faster by more than this fraction")
       ->check(FiniteRange(0.0, 0.5));
+  cmd->add_flag("--no-pairs", a->no_pairs,
+               "Do not time the GEMMs' leading tactics together as whole plans where FC1 kept the heuristic's "
+               "tactic over a faster one (the pairs)");
   cmd->add_option("--seed", a->seed, "Seed of the synthetic weights and batches")->transform(WholeNumber<uint64_t>());
   cmd->add_option("--json", a->json, "Also write every timed and rejected tactic as JSON");
   cmd->callback([a] { run_tune(*a); });

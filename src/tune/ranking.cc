@@ -53,4 +53,59 @@ bool rank_timed(std::vector<TimedTactic>& timed, const Tactic& incumbent, double
   return true;
 }
 
+namespace {
+
+// timed[1], where the heuristic's tactic was kept over it (a finalist, faster in the same turns).
+const Tactic* kept_over(const TuneResult& r) {
+  if (!r.heuristic_kept || r.timed.size() < 2 || r.timed[1].interleaved_us.empty()) return nullptr;
+  return &r.timed[1].tactic;
+}
+
+}  // namespace
+
+std::vector<TimedPlan> pairs_to_time(const TuneResult& fc1, const TuneResult& fc2, const Tactic& heuristic_fc2) {
+  const Tactic* c1 = kept_over(fc1);
+  if (c1 == nullptr || fc1.timed.empty() || fc2.timed.empty()) return {};
+  const Tactic& w1 = fc1.timed[0].tactic;
+  const Tactic& w2 = fc2.timed[0].tactic;
+  const Tactic* c2 = kept_over(fc2);
+  for (const Tactic* t : {&w1, c1, &w2, c2})
+    if (t != nullptr && runs_gemms_together(t->family)) return {};
+  if (c2 == nullptr && w2 == heuristic_fc2) return {};
+  std::vector<TimedPlan> out = {{w1, w2, 0, {}}, {*c1, w2, 0, {}}};
+  if (c2 != nullptr) {
+    out.push_back({w1, *c2, 0, {}});
+    out.push_back({*c1, *c2, 0, {}});
+  }
+  return out;
+}
+
+size_t choose_pair(std::vector<TimedPlan> pairs, TuneResult& fc1, TuneResult& fc2, double keep_margin) {
+  FP4MOE_CHECK(!pairs.empty() && !fc1.timed.empty() && !fc2.timed.empty(), "tuning: no pairs to choose from");
+  FP4MOE_CHECK(pairs[0].fc1 == fc1.timed[0].tactic && pairs[0].fc2 == fc2.timed[0].tactic,
+               "tuning: the first pair must be the winners' plan");
+  for (TimedPlan& p : pairs) {
+    FP4MOE_CHECK(!p.interleaved_us.empty(), "tuning: the pair ", format_tactic(p.fc1), " + ", format_tactic(p.fc2),
+                 " has no timing");
+    p.time_us = median(p.interleaved_us);
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < pairs.size(); ++i)
+    if (pairs[i].time_us < pairs[best].time_us) best = i;
+  if (pairs[0].time_us <= pairs[best].time_us * (1 + keep_margin)) best = 0;
+  // A changed GEMM's tactic is its timed[1] (pairs_to_time took it from there).
+  auto adopt = [](TuneResult& r, const Tactic& t) {
+    if (r.timed[0].tactic == t) return;
+    FP4MOE_CHECK(r.timed.size() >= 2 && r.timed[1].tactic == t, "tuning: ", format_tactic(t),
+                 " won in a pair but is not the runner-up of its GEMM");
+    std::swap(r.timed[0], r.timed[1]);
+    r.won_in_pair = true;
+    r.heuristic_kept = false;
+  };
+  adopt(fc1, pairs[best].fc1);
+  adopt(fc2, pairs[best].fc2);
+  fc2.pairs = std::move(pairs);
+  return best;
+}
+
 }  // namespace fp4moe

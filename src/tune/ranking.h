@@ -24,4 +24,17 @@ std::vector<size_t> pick_finalists(const std::vector<TimedTactic>& timed, const 
 // says so).
 bool rank_timed(std::vector<TimedTactic>& timed, const Tactic& incumbent, double keep_margin);
 
+// The pairs (TuneOptions::time_pairs) to time once both GEMMs of a bucket are ranked: none unless
+// FC1 kept the heuristic's tactic over a faster finalist c1 (its timed[1]); then the winners'
+// plan (w1, w2) first and (c1, w2), and where FC2 too kept its heuristic tactic over a faster c2,
+// (w1, c2) and (c1, c2). None where FC2 has no such c2 and w2 is the heuristic's FC2 (its FC1
+// ranking compared exactly these two plans), nor where a tactic runs both GEMMs.
+std::vector<TimedPlan> pairs_to_time(const TuneResult& fc1, const TuneResult& fc2, const Tactic& heuristic_fc2);
+
+// Once the pairs have their interleaved replays: each one's time_us is their median; the
+// winners' plan (pairs[0]) stays unless the fastest pair beats it by more than keep_margin. A
+// GEMM whose tactic changes takes its timed[1] to the front (won_in_pair; heuristic_kept false).
+// fc2.pairs keeps the pairs. Returns the index of the chosen pair.
+size_t choose_pair(std::vector<TimedPlan> pairs, TuneResult& fc1, TuneResult& fc2, double keep_margin);
+
 }  // namespace fp4moe

@@ -68,6 +68,87 @@ TEST(RankTimed, TheIncumbentLeadsWithinTheMarginOfTheFastestFinalist) {
   EXPECT_EQ(stages_of(v), (std::vector<int>{2, 1}));
 }
 
+// A GEMM's result as rank_timed leaves it: `kept` says the heuristic's tactic leads over a faster
+// finalist (timed[1]).
+TuneResult ranked(std::vector<TimedTactic> timed, bool kept) {
+  TuneResult r;
+  r.timed = std::move(timed);
+  r.heuristic_kept = kept;
+  return r;
+}
+
+TEST(PairsToTime, OnlyWhereFc1KeptItsHeuristicTacticOverAFasterFinalist) {
+  // FC1: heuristic 1 kept over the faster 2; FC2: heuristic 5 kept over the faster 6.
+  const TuneResult fc1 = ranked({timed(1, 100, {100}), timed(2, 99, {99}), timed(3, 120)}, true);
+  const TuneResult fc2 = ranked({timed(5, 100, {100}), timed(6, 99, {98.5})}, true);
+  auto plans = [](const std::vector<TimedPlan>& v) {
+    std::vector<std::pair<int, int>> out;
+    for (const auto& p : v) out.push_back({p.fc1.stages, p.fc2.stages});
+    return out;
+  };
+  using P = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(plans(pairs_to_time(fc1, fc2, tactic(5))), (P{{1, 5}, {2, 5}, {1, 6}, {2, 6}}));
+  // FC2 won outright (or kept its heuristic tactic as the fastest): (c1, w2) is new only where
+  // w2 is not the heuristic's FC2, with which FC1's ranking timed c1.
+  const TuneResult fc2_won = ranked({timed(6, 98, {98}), timed(5, 100, {101})}, false);
+  EXPECT_EQ(plans(pairs_to_time(fc1, fc2_won, tactic(5))), (P{{1, 6}, {2, 6}}));
+  const TuneResult fc2_fastest = ranked({timed(5, 98, {98}), timed(6, 100, {101})}, false);
+  EXPECT_TRUE(pairs_to_time(fc1, fc2_fastest, tactic(5)).empty());
+  // FC1 not kept over anything: its winner was the fastest, or a challenger won outright.
+  EXPECT_TRUE(pairs_to_time(ranked({timed(2, 99, {99}), timed(1, 100, {100})}, false), fc2, tactic(5)).empty());
+  // FC1's runner-up timed in its first pass only (no turns shared with the heuristic's).
+  EXPECT_TRUE(pairs_to_time(ranked({timed(1, 100, {100}), timed(2, 99)}, true), fc2, tactic(5)).empty());
+  // A family that runs both GEMMs has its partner fixed.
+  TuneResult together = fc1;
+  together.timed[1].tactic.family = Family::kW4a16Gemv;
+  EXPECT_TRUE(pairs_to_time(together, fc2, tactic(5)).empty());
+}
+
+TEST(ChoosePair, TheWinnersUnlessAPairBeatsThemByTheMargin) {
+  const TuneResult fc1 = ranked({timed(1, 100, {100}), timed(2, 99, {99})}, true);
+  const TuneResult fc2 = ranked({timed(5, 100, {100}), timed(6, 99, {98.5})}, true);
+  auto pairs = [](std::vector<std::vector<double>> us) {
+    std::vector<TimedPlan> v = {{tactic(1), tactic(5), 0, us[0]}, {tactic(2), tactic(5), 0, us[1]},
+                                {tactic(1), tactic(6), 0, us[2]}, {tactic(2), tactic(6), 0, us[3]}};
+    return v;
+  };
+  // (2, 6) 3% faster than the winners' plan: both GEMMs take their runner-up.
+  TuneResult a = fc1, b = fc2;
+  EXPECT_EQ(choose_pair(pairs({{100, 101, 100}, {99, 99, 99}, {98.5, 99, 98}, {97, 97.1, 96.9}}), a, b, 0.025), 3u);
+  EXPECT_EQ(a.timed[0].tactic, tactic(2));
+  EXPECT_EQ(a.timed[1].tactic, tactic(1));
+  EXPECT_EQ(b.timed[0].tactic, tactic(6));
+  EXPECT_TRUE(a.won_in_pair && b.won_in_pair);
+  EXPECT_FALSE(a.heuristic_kept || b.heuristic_kept);
+  ASSERT_EQ(b.pairs.size(), 4u);
+  EXPECT_DOUBLE_EQ(b.pairs[0].time_us, 100);
+  EXPECT_DOUBLE_EQ(b.pairs[3].time_us, 97);
+  // (2, 5) 3% faster: FC1 changes, FC2 keeps its tactic and its flags.
+  a = fc1;
+  b = fc2;
+  EXPECT_EQ(choose_pair(pairs({{100}, {97}, {99}, {98}}), a, b, 0.025), 1u);
+  EXPECT_EQ(a.timed[0].tactic, tactic(2));
+  EXPECT_EQ(b.timed[0].tactic, tactic(5));
+  EXPECT_TRUE(b.heuristic_kept);
+  EXPECT_FALSE(b.won_in_pair);
+  // The fastest pair only 2% ahead: the winners stay.
+  a = fc1;
+  b = fc2;
+  EXPECT_EQ(choose_pair(pairs({{100}, {99}, {99}, {98}}), a, b, 0.025), 0u);
+  EXPECT_EQ(a.timed[0].tactic, tactic(1));
+  EXPECT_EQ(b.timed[0].tactic, tactic(5));
+  EXPECT_TRUE(a.heuristic_kept && b.heuristic_kept);
+  EXPECT_FALSE(a.won_in_pair || b.won_in_pair);
+  EXPECT_EQ(b.pairs.size(), 4u);
+  // The first pair must be the winners' plan, and every pair timed.
+  a = fc1;
+  b = fc2;
+  auto bad = pairs({{100}, {99}, {99}, {98}});
+  std::swap(bad[0], bad[1]);
+  EXPECT_THROW(choose_pair(bad, a, b, 0.025), Error);
+  EXPECT_THROW(choose_pair(pairs({{100}, {}, {99}, {98}}), a, b, 0.025), Error);
+}
+
 TEST(RankTimed, ACandidateWithoutATimingIsAnError) {
   std::vector<TimedTactic> v = {timed(1, 0)};
   EXPECT_THROW(rank_timed(v, tactic(1), 0.025), Error);

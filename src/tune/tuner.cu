@@ -17,6 +17,11 @@
 // benchmark runs the layer time spreads by up to ~2% at T <= 16 on the H200, and several tactics
 // lie within that of each other there.
 //
+// One pass of coordinate descent with a margin misses two changes that each gain less than the
+// margin alone. Where FC1 kept the heuristic's tactic over a faster finalist, the pairs of the
+// two GEMMs' leading tactics are timed as whole plans, in turns like the finalists
+// (TuneOptions::time_pairs, ranking.h: pairs_to_time, choose_pair).
+//
 // Why the whole layer and not the GEMM alone: events between the stages break the programmatic
 // dependent launch (PDL) overlap the kernels have in the graph, and the overlap differs between
 // tactics. On the H200 at T = 1, FC1 timed alone ranked the 4-warp m128n8 tile 4% ahead of the
@@ -191,6 +196,18 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       });
     };
 
+    // Graphs timed in turns (the finalists, the pairs): microseconds of each one's timed replays.
+    // No untimed cycles: every turn settles first.
+    auto in_turns = [&](const std::vector<std::unique_ptr<CapturedGraph>>& graphs, uint64_t seed) {
+      std::vector<std::function<void()>> replays;
+      for (const auto& g : graphs) replays.push_back([&s, &g] { g->launch(s); });
+      const Turns turns{0, opt.finalist_cycles, opt.finalist_turn_replays, opt.finalist_settle_ms * 1e-3};
+      std::vector<std::vector<double>> us = interleaved_event_times(turns, s, replays, [&] { flusher.flush(s); }, seed);
+      for (auto& v : us)
+        for (double& x : v) x *= 1e6;
+      return us;
+    };
+
     // The reference above is host work: the bucket's first candidate would be timed from a GPU
     // that idled meanwhile, slower than the same plan timed later (gpu_wake.h).
     wake_gpu();
@@ -264,14 +281,8 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
         for (size_t i : fin)
           if (guarded(r, r.timed[i].tactic, [&] { graphs.push_back(capture(plans[i])); })) timed_of.push_back(i);
           else failed[i] = true;
-        std::vector<std::function<void()>> replays;
-        for (const auto& g : graphs) replays.push_back([&s, &g] { g->launch(s); });
-        // No untimed cycles: every turn settles first.
-        const Turns turns{0, opt.finalist_cycles, opt.finalist_turn_replays, opt.finalist_settle_ms * 1e-3};
-        const std::vector<std::vector<double>> secs =
-            interleaved_event_times(turns, s, replays, [&] { flusher.flush(s); }, opt.seed + T);
-        for (size_t j = 0; j < timed_of.size(); ++j)
-          for (double x : secs[j]) r.timed[timed_of[j]].interleaved_us.push_back(1e6 * x);
+        const std::vector<std::vector<double>> us = in_turns(graphs, opt.seed + T);
+        for (size_t j = 0; j < timed_of.size(); ++j) r.timed[timed_of[j]].interleaved_us = us[j];
         for (size_t i = r.timed.size(); i-- > 0;)
           if (failed[i]) r.timed.erase(r.timed.begin() + static_cast<std::ptrdiff_t>(i));
         FP4MOE_CHECK(!r.timed.empty(), "tuning: no tactic of ", stage == 1 ? "FC1" : "FC2", " works at T = ", T);
@@ -283,7 +294,33 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       results.push_back(std::move(r));
       done += 1;
     }
-    if (opt.on_bucket) opt.on_bucket(results[results.size() - 2], results.back());
+    // The pairs (TuneOptions::time_pairs): the GEMMs' leading tactics together, in turns. Each
+    // pair's tactics were verified, but not together: each pair is verified first, and a wrong
+    // one ends the tuning (two right tactics that are wrong together would be a defect to fix,
+    // not a candidate to pass over).
+    TuneResult& r1 = results[results.size() - 2];
+    TuneResult& r2 = results.back();
+    std::vector<TimedPlan> pairs;
+    if (opt.time_pairs && opt.finalist_cycles > 0) pairs = pairs_to_time(r1, r2, heuristic.fc2);
+    if (!pairs.empty()) {
+      if (opt.progress)
+        opt.progress("T=" + std::to_string(T) + " pairs: " + std::to_string(pairs.size()) + " plans, in turns",
+                     done / total);
+      std::vector<std::unique_ptr<CapturedGraph>> graphs;
+      for (const TimedPlan& p : pairs) {
+        LayerPlan plan = heuristic;
+        plan.fc1 = p.fc1;
+        plan.fc2 = p.fc2;
+        const std::string wrong = verify(plan);
+        FP4MOE_CHECK(wrong.empty(), "tuning: at T = ", T, " the plan ", format_tactic(p.fc1), " + ",
+                     format_tactic(p.fc2), " is wrong (", wrong, ") although each tactic passed alone");
+        graphs.push_back(capture(plan));
+      }
+      const std::vector<std::vector<double>> us = in_turns(graphs, opt.seed + 2 * T + 1);
+      for (size_t j = 0; j < pairs.size(); ++j) pairs[j].interleaved_us = us[j];
+      choose_pair(std::move(pairs), r1, r2, opt.keep_heuristic_margin);
+    }
+    if (opt.on_bucket) opt.on_bucket(r1, r2);
   }
   return results;
 }

@@ -29,8 +29,11 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
   lo.use_tuning_cache = false;
   auto layer = GpuMoeLayer::create(w, lo);
   TuneOptions o;
-  o.buckets = {4, 256};
+  o.buckets = {4, 64, 256};
   o.iters = 3;
+  // A wide margin: the heuristic's tactic is kept over faster finalists at most buckets, so that
+  // the pairs (timed where FC1 kept it) are exercised.
+  o.keep_heuristic_margin = 0.3;
   // Short turns (the defaults settle 300 ms a turn): the protocol, not its length, is tested.
   o.finalist_cycles = 2;
   o.finalist_turn_replays = 3;
@@ -48,7 +51,7 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
     next_started.push_back(labels.empty() || labels.back().rfind("T=" + std::to_string(fc1.bucket) + " ", 0) != 0);
   };
   const std::vector<TuneResult> results = tune_layer(*layer, w, o);
-  ASSERT_EQ(results.size(), 4u);  // 2 buckets x (FC1, FC2)
+  ASSERT_EQ(results.size(), 6u);  // 3 buckets x (FC1, FC2)
   ASSERT_EQ(handed.size(), results.size()) << "every bucket handed over once";
   for (size_t i = 0; i < results.size(); ++i) {
     EXPECT_EQ(handed[i].bucket, results[i].bucket);
@@ -82,7 +85,9 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
       }
       if (i > 0) EXPECT_FALSE(finalist(c) && !finalist(r.timed[i - 1])) << "a finalist after a first pass";
     }
-    const size_t from = r.heuristic_kept ? 2 : 1;
+    // (A winner in a pair swapped places with the GEMM's own winner, which may be slower than
+    // timed[2].)
+    const size_t from = r.heuristic_kept ? 2 : r.won_in_pair ? 3 : 1;
     for (size_t i = from; i < r.timed.size(); ++i)
       if (finalist(r.timed[i - 1]) == finalist(r.timed[i])) EXPECT_LE(r.timed[i - 1].time_us, r.timed[i].time_us);
     // Where there were finalists, the heuristic's tactic was among them.
@@ -100,6 +105,48 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
     }
     for (const auto& x : r.rejected) std::printf("rejected %s: %s\n", format_tactic(x.tactic).c_str(), x.reason.c_str());
   }
+  // The pairs: timed exactly where the rule says (FC1 kept its heuristic tactic over a faster
+  // finalist, and the pairs hold a plan its own ranking did not time), each in turns; the cache
+  // gets the GEMMs' own winners or a pair faster by more than the margin.
+  auto finalist = [](const TimedTactic& c) { return !c.interleaved_us.empty(); };
+  auto together = [](const TuneResult& r) {
+    for (size_t k = 0; k < std::min<size_t>(2, r.timed.size()); ++k)
+      if (runs_gemms_together(r.timed[k].tactic.family)) return true;
+    return false;
+  };
+  for (size_t i = 0; i + 1 < results.size(); i += 2) {
+    const TuneResult& f1 = results[i];
+    const TuneResult& f2 = results[i + 1];
+    const LayerPlan hp = layer->plan_for_heuristic(f1.bucket);
+    EXPECT_TRUE(f1.pairs.empty()) << "FC2's result carries the pairs";
+    EXPECT_EQ(handed[i + 1].pairs.size(), f2.pairs.size());
+    if (f2.pairs.empty()) {
+      const bool c1 = f1.heuristic_kept && f1.timed.size() >= 2 && finalist(f1.timed[1]);
+      const bool c2 = f2.heuristic_kept && f2.timed.size() >= 2 && finalist(f2.timed[1]);
+      EXPECT_FALSE(c1 && !together(f1) && !together(f2) && (c2 || !(f2.timed[0].tactic == hp.fc2)))
+          << "T = " << f1.bucket << ": pairs to time, none timed";
+      EXPECT_FALSE(f1.won_in_pair || f2.won_in_pair);
+      continue;
+    }
+    const TimedPlan& base = f2.pairs[0];
+    EXPECT_EQ(base.fc1, hp.fc1) << "pairs only where FC1 kept the heuristic's tactic";
+    EXPECT_TRUE(f2.pairs.size() == 2 || f2.pairs.size() == 4);
+    const TimedPlan* chosen = nullptr;
+    for (const TimedPlan& p : f2.pairs) {
+      ASSERT_EQ(p.interleaved_us.size(), size_t(o.finalist_cycles * o.finalist_turn_replays));
+      std::vector<double> sorted = p.interleaved_us;
+      std::sort(sorted.begin(), sorted.end());
+      EXPECT_EQ(p.time_us, sorted[sorted.size() / 2]);
+      EXPECT_GT(sorted[0], 0);
+      if (p.fc1 == f1.timed[0].tactic && p.fc2 == f2.timed[0].tactic) chosen = &p;
+      std::printf("T = %lld pair %s + %s: %.1f us\n", static_cast<long long>(f1.bucket), format_tactic(p.fc1).c_str(),
+                  format_tactic(p.fc2).c_str(), p.time_us);
+    }
+    ASSERT_NE(chosen, nullptr) << "the cached winners are one of the pairs";
+    if (chosen != &base) EXPECT_LT(chosen->time_us * (1 + o.keep_heuristic_margin), base.time_us);
+    EXPECT_EQ(f1.won_in_pair, !(f1.timed[0].tactic == base.fc1));
+    EXPECT_EQ(f2.won_in_pair, !(f2.timed[0].tactic == base.fc2));
+  }
   const CacheIdentity& id = layer->cache_identity();
   const std::string path = (test::temp_dir() / "tuner_cache.json").string();
   std::filesystem::remove(path);
@@ -107,7 +154,7 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
   layer->set_tuning_cache(cache);
   EXPECT_EQ(layer->plan_source(3), "cache/cache");
   EXPECT_EQ(layer->plan_for(3).fc1, results[0].timed[0].tactic);
-  EXPECT_EQ(layer->plan_for(300).fc2, results[3].timed[0].tactic);
+  EXPECT_EQ(layer->plan_for(300).fc2, results[5].timed[0].tactic);
   EXPECT_EQ(layer->plan_source(16384), "heuristic/heuristic");  // bucket 16384 untuned
   // A small-batch FC1 entry without its FC2 partner: the plan falls back to the heuristic's, and
   // plan_source says so (it reported "cache" for the plan it did not give).
