@@ -54,12 +54,14 @@ struct TuneOptions {
   // plans (winner FC1, winner FC2), (c1, winner FC2) and, where FC2 too kept its heuristic
   // tactic over a faster c2, (winner FC1, c2) and (c1, c2) are timed in turns as the finalists
   // are; a pair replaces the winners only by beating theirs by more than keep_heuristic_margin.
-  // (Not where a tactic runs both GEMMs: its partner is fixed.)
+  // Not where a tactic runs both GEMMs (its partner is fixed), nor where FC2 has no such c2 and
+  // its winner is the heuristic's FC2 (FC1's own turns timed exactly those two plans).
+  // A pair's times are the whole plan's: a GEMM's timed entries keep the times of its own turns.
   bool time_pairs = true;
   // Called before each measurement with a short label and the fraction done.
   std::function<void(const std::string&, double)> progress;
-  // Called as each bucket's two results are final (FC2's was timed with FC1's winner), before
-  // the next bucket starts: a caller that stores them then keeps every finished bucket of a run
+  // Called as each bucket's two results are final (FC2 ranked with FC1's winner before the pairs;
+  // the pairs then timed the plans the winners make together), before the next bucket starts: a caller that stores them then keeps every finished bucket of a run
   // cut short (a tuning of every bucket takes minutes; `fp4moe tune` writes the cache here).
   std::function<void(const TuneResult& fc1, const TuneResult& fc2)> on_bucket;
 };
@@ -88,7 +90,9 @@ struct TuneResult {
   GemmKey gemm;
   int64_t bucket = 0;
   std::vector<TimedTactic> timed;  // the winner first, then the other finalists fastest first,
-                                   // then the rest (first pass only) fastest first
+                                   // then the rest (first pass only) fastest first (a heuristic
+                                   // tactic kept, or displaced by a pair, leads or follows out of
+                                   // that order)
   bool heuristic_kept = false;     // the winner is the heuristic's tactic, within the margin of timed[1]
   bool won_in_pair = false;        // the winner was timed[1] of this GEMM's own ranking and won in a
                                    // pair (the two swapped places; heuristic_kept is then false)
@@ -101,7 +105,9 @@ struct TuneResult {
 // (its entries belong under layer.cache_identity()).
 std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& weights, const TuneOptions& opt);
 
-// Cache entries for the results (winner and runner-up per GEMM and bucket).
+// Cache entries for the results: per GEMM and bucket timed[0] as the winner and timed[1] as the
+// runner-up (where the heuristic's tactic was kept, the faster challenger; where a pair won, the
+// heuristic's tactic it displaced), with their times in the GEMM's own turns.
 std::vector<CacheEntry> cache_entries(const std::vector<TuneResult>& results, const CacheIdentity& id);
 
 }  // namespace fp4moe

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "common/median.h"
 #include "fp4moe/error.h"
@@ -93,17 +94,21 @@ size_t choose_pair(std::vector<TimedPlan> pairs, TuneResult& fc1, TuneResult& fc
   for (size_t i = 1; i < pairs.size(); ++i)
     if (pairs[i].time_us < pairs[best].time_us) best = i;
   if (pairs[0].time_us <= pairs[best].time_us * (1 + keep_margin)) best = 0;
-  // A changed GEMM's tactic is its timed[1] (pairs_to_time took it from there).
-  auto adopt = [](TuneResult& r, const Tactic& t) {
-    if (r.timed[0].tactic == t) return;
+  // A changed GEMM's tactic is its timed[1] (pairs_to_time took it from there); both are
+  // checked before either result changes.
+  auto changes = [](const TuneResult& r, const Tactic& t) {
+    if (r.timed[0].tactic == t) return false;
     FP4MOE_CHECK(r.timed.size() >= 2 && r.timed[1].tactic == t, "tuning: ", format_tactic(t),
                  " won in a pair but is not the runner-up of its GEMM");
-    std::swap(r.timed[0], r.timed[1]);
-    r.won_in_pair = true;
-    r.heuristic_kept = false;
+    return true;
   };
-  adopt(fc1, pairs[best].fc1);
-  adopt(fc2, pairs[best].fc2);
+  const bool change1 = changes(fc1, pairs[best].fc1), change2 = changes(fc2, pairs[best].fc2);
+  for (auto [r, change] : {std::pair{&fc1, change1}, std::pair{&fc2, change2}}) {
+    if (!change) continue;
+    std::swap(r->timed[0], r->timed[1]);
+    r->won_in_pair = true;
+    r->heuristic_kept = false;
+  }
   fc2.pairs = std::move(pairs);
   return best;
 }

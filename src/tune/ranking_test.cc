@@ -98,10 +98,12 @@ TEST(PairsToTime, OnlyWhereFc1KeptItsHeuristicTacticOverAFasterFinalist) {
   EXPECT_TRUE(pairs_to_time(ranked({timed(2, 99, {99}), timed(1, 100, {100})}, false), fc2, tactic(5)).empty());
   // FC1's runner-up timed in its first pass only (no turns shared with the heuristic's).
   EXPECT_TRUE(pairs_to_time(ranked({timed(1, 100, {100}), timed(2, 99)}, true), fc2, tactic(5)).empty());
-  // A family that runs both GEMMs has its partner fixed.
-  TuneResult together = fc1;
-  together.timed[1].tactic.family = Family::kW4a16Gemv;
-  EXPECT_TRUE(pairs_to_time(together, fc2, tactic(5)).empty());
+  // A family that runs both GEMMs has its partner fixed: in any of the four places.
+  for (int place = 0; place < 4; ++place) {
+    TuneResult f1 = fc1, f2 = fc2;
+    (place < 2 ? f1 : f2).timed[place % 2].tactic.family = Family::kW4a16Gemv;
+    EXPECT_TRUE(pairs_to_time(f1, f2, tactic(5)).empty()) << "place " << place;
+  }
 }
 
 TEST(ChoosePair, TheWinnersUnlessAPairBeatsThemByTheMargin) {
@@ -140,6 +142,27 @@ TEST(ChoosePair, TheWinnersUnlessAPairBeatsThemByTheMargin) {
   EXPECT_TRUE(a.heuristic_kept && b.heuristic_kept);
   EXPECT_FALSE(a.won_in_pair || b.won_in_pair);
   EXPECT_EQ(b.pairs.size(), 4u);
+  // (1, 6) 3% faster: FC2 alone changes.
+  a = fc1;
+  b = fc2;
+  EXPECT_EQ(choose_pair(pairs({{100}, {99}, {97}, {98}}), a, b, 0.025), 2u);
+  EXPECT_EQ(a.timed[0].tactic, tactic(1));
+  EXPECT_TRUE(a.heuristic_kept);
+  EXPECT_FALSE(a.won_in_pair);
+  EXPECT_EQ(b.timed[0].tactic, tactic(6));
+  EXPECT_TRUE(b.won_in_pair);
+  // Exactly at the margin the winners stay (as rank_timed keeps the heuristic's tactic there).
+  a = fc1;
+  b = fc2;
+  EXPECT_EQ(choose_pair(pairs({{125}, {100}, {110}, {110}}), a, b, 0.25), 0u);
+  EXPECT_EQ(a.timed[0].tactic, tactic(1));
+  // A winning tactic that is not its GEMM's runner-up is an error, and neither result changes.
+  a = fc1;
+  b = ranked({timed(5, 100, {100}), timed(7, 101, {101}), timed(6, 99, {98.5})}, true);
+  EXPECT_THROW(choose_pair(pairs({{100}, {97}, {99}, {96}}), a, b, 0.025), Error);
+  EXPECT_EQ(a.timed[0].tactic, tactic(1));
+  EXPECT_FALSE(a.won_in_pair);
+  EXPECT_EQ(b.timed[0].tactic, tactic(5));
   // The first pair must be the winners' plan, and every pair timed.
   a = fc1;
   b = fc2;

@@ -294,31 +294,38 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       results.push_back(std::move(r));
       done += 1;
     }
-    // The pairs (TuneOptions::time_pairs): the GEMMs' leading tactics together, in turns. Each
-    // pair's tactics were verified, but not together: each pair is verified first, and a wrong
-    // one ends the tuning (two right tactics that are wrong together would be a defect to fix,
-    // not a candidate to pass over).
+    // The pairs (TuneOptions::time_pairs): the GEMMs' leading tactics together, in turns. Every
+    // pair is verified first: the winners' plan was verified in FC2's ranking, but (c1, c2) and,
+    // unless FC2 won with the heuristic's tactic, (c1, w2) combine tactics verified only apart.
+    // A wrong pair ends the tuning (two right tactics that are wrong together would be a defect
+    // to fix, not a candidate to pass over) - after the bucket's results, without the pairs, are
+    // handed over, so that a caller still stores them.
     TuneResult& r1 = results[results.size() - 2];
     TuneResult& r2 = results.back();
     std::vector<TimedPlan> pairs;
-    if (opt.time_pairs && opt.finalist_cycles > 0) pairs = pairs_to_time(r1, r2, heuristic.fc2);
+    if (opt.time_pairs) pairs = pairs_to_time(r1, r2, heuristic.fc2);
     if (!pairs.empty()) {
-      if (opt.progress)
-        opt.progress("T=" + std::to_string(T) + " pairs: " + std::to_string(pairs.size()) + " plans, in turns",
-                     done / total);
-      std::vector<std::unique_ptr<CapturedGraph>> graphs;
-      for (const TimedPlan& p : pairs) {
-        LayerPlan plan = heuristic;
-        plan.fc1 = p.fc1;
-        plan.fc2 = p.fc2;
-        const std::string wrong = verify(plan);
-        FP4MOE_CHECK(wrong.empty(), "tuning: at T = ", T, " the plan ", format_tactic(p.fc1), " + ",
-                     format_tactic(p.fc2), " is wrong (", wrong, ") although each tactic passed alone");
-        graphs.push_back(capture(plan));
+      try {
+        if (opt.progress)
+          opt.progress("T=" + std::to_string(T) + " pairs: " + std::to_string(pairs.size()) + " plans, in turns",
+                       done / total);
+        std::vector<std::unique_ptr<CapturedGraph>> graphs;
+        for (const TimedPlan& p : pairs) {
+          LayerPlan plan = heuristic;
+          plan.fc1 = p.fc1;
+          plan.fc2 = p.fc2;
+          const std::string wrong = verify(plan);
+          FP4MOE_CHECK(wrong.empty(), "tuning: at T = ", T, " the plan ", format_tactic(p.fc1), " + ",
+                       format_tactic(p.fc2), " is wrong (", wrong, ") although each tactic passed alone");
+          graphs.push_back(capture(plan));
+        }
+        const std::vector<std::vector<double>> us = in_turns(graphs, opt.seed + 2 * T + 1);
+        for (size_t j = 0; j < pairs.size(); ++j) pairs[j].interleaved_us = us[j];
+        choose_pair(std::move(pairs), r1, r2, opt.keep_heuristic_margin);
+      } catch (...) {
+        if (opt.on_bucket) opt.on_bucket(r1, r2);
+        throw;
       }
-      const std::vector<std::vector<double>> us = in_turns(graphs, opt.seed + 2 * T + 1);
-      for (size_t j = 0; j < pairs.size(); ++j) pairs[j].interleaved_us = us[j];
-      choose_pair(std::move(pairs), r1, r2, opt.keep_heuristic_margin);
     }
     if (opt.on_bucket) opt.on_bucket(r1, r2);
   }
