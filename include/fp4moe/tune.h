@@ -61,8 +61,9 @@ struct TuneOptions {
   // Called before each measurement with a short label and the fraction done.
   std::function<void(const std::string&, double)> progress;
   // Called as each bucket's two results are final (FC2 ranked with FC1's winner before the pairs;
-  // the pairs then timed the plans the winners make together), before the next bucket starts: a caller that stores them then keeps every finished bucket of a run
-  // cut short (a tuning of every bucket takes minutes; `fp4moe tune` writes the cache here).
+  // the pairs then timed the plans the winners make together), before the next bucket starts: a
+  // caller that stores them then keeps every finished bucket of a run cut short (a tuning of
+  // every bucket takes minutes; `fp4moe tune` writes the cache here).
   std::function<void(const TuneResult& fc1, const TuneResult& fc2)> on_bucket;
 };
 

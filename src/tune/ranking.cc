@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
-#include <utility>
+#include <utility>  // std::swap
 
 #include "common/median.h"
 #include "fp4moe/error.h"
@@ -65,8 +65,8 @@ const Tactic* kept_over(const TuneResult& r) {
 }  // namespace
 
 std::vector<TimedPlan> pairs_to_time(const TuneResult& fc1, const TuneResult& fc2, const Tactic& heuristic_fc2) {
-  const Tactic* c1 = kept_over(fc1);
-  if (c1 == nullptr || fc1.timed.empty() || fc2.timed.empty()) return {};
+  const Tactic* c1 = kept_over(fc1);  // non-null: fc1.timed holds two at least
+  if (c1 == nullptr || fc2.timed.empty()) return {};
   const Tactic& w1 = fc1.timed[0].tactic;
   const Tactic& w2 = fc2.timed[0].tactic;
   const Tactic* c2 = kept_over(fc2);
@@ -103,12 +103,13 @@ size_t choose_pair(std::vector<TimedPlan> pairs, TuneResult& fc1, TuneResult& fc
     return true;
   };
   const bool change1 = changes(fc1, pairs[best].fc1), change2 = changes(fc2, pairs[best].fc2);
-  for (auto [r, change] : {std::pair{&fc1, change1}, std::pair{&fc2, change2}}) {
-    if (!change) continue;
-    std::swap(r->timed[0], r->timed[1]);
-    r->won_in_pair = true;
-    r->heuristic_kept = false;
-  }
+  auto adopt = [](TuneResult& r) {
+    std::swap(r.timed[0], r.timed[1]);
+    r.won_in_pair = true;
+    r.heuristic_kept = false;
+  };
+  if (change1) adopt(fc1);
+  if (change2) adopt(fc2);
   fc2.pairs = std::move(pairs);
   return best;
 }
