@@ -1,5 +1,5 @@
-// Options shared by run, bench and tune: the layer shape (a preset, then per-field overrides)
-// and token-count lists.
+// Options shared by run, bench, tune and synth: the layer shape (a preset, then per-field
+// overrides) and token-count lists.
 #pragma once
 
 #include <CLI/CLI.hpp>
