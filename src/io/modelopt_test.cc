@@ -1,5 +1,7 @@
 // ModelOpt import: a synthetic GLM-5-layout checkpoint loads back to exactly the weights it was
-// written from, and the loaded layer computes exactly what the direct computation does;
+// written from (every matrix and input scale, the shared expert's too), and the loaded layer
+// computes exactly what the direct computation does (a checkpoint written by Python, against a
+// NumPy layer: tests/checkpoint_layer_test.py);
 // missing, mistyped or misshapen tensors and non-NVFP4 configs are clear errors.
 #include "io/modelopt.h"
 
@@ -55,6 +57,15 @@ void expect_same_matrix(const Nvfp4Matrix& a, const Nvfp4Matrix& b) {
   EXPECT_EQ(a.global_scale, b.global_scale);
 }
 
+void expect_same_expert(const ExpertWeights& a, const ExpertWeights& b) {
+  expect_same_matrix(a.gate, b.gate);
+  expect_same_matrix(a.up, b.up);
+  expect_same_matrix(a.down, b.down);
+  EXPECT_EQ(a.gate_input_scale, b.gate_input_scale);
+  EXPECT_EQ(a.up_input_scale, b.up_input_scale);
+  EXPECT_EQ(a.down_input_scale, b.down_input_scale);
+}
+
 TEST(ModelOpt, SyntheticCheckpointLoadsBackExactly) {
   const Written w = write_small("ckpt_roundtrip");
   const Checkpoint c = Checkpoint::open(w.dir);
@@ -70,13 +81,9 @@ TEST(ModelOpt, SyntheticCheckpointLoadsBackExactly) {
   for (int layer : {0, 1}) {
     const MoeWeights loaded = load_moe_layer(c, info, layer);
     const MoeWeights direct = synthetic_checkpoint_layer(w.cfg, w.opt, layer);
-    for (int e = 0; e < 12; ++e) {
-      expect_same_matrix(loaded.experts[e].gate, direct.experts[e].gate);
-      expect_same_matrix(loaded.experts[e].up, direct.experts[e].up);
-      expect_same_matrix(loaded.experts[e].down, direct.experts[e].down);
-      EXPECT_EQ(loaded.experts[e].down_input_scale, direct.experts[e].down_input_scale);
-    }
-    expect_same_matrix(loaded.shared->down, direct.shared->down);
+    for (int e = 0; e < 12; ++e) expect_same_expert(loaded.experts[e], direct.experts[e]);
+    ASSERT_TRUE(loaded.shared.has_value());
+    expect_same_expert(*loaded.shared, *direct.shared);
     EXPECT_EQ(loaded.router_weight, direct.router_weight);
     EXPECT_EQ(loaded.correction_bias, direct.correction_bias);
     // The whole layer computes the same, bit for bit.
