@@ -1,6 +1,8 @@
 // Tactic text form: round trips for every listed tactic, and clear errors for bad text.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "fp4moe/error.h"
 #include "fp4moe/resource_model.h"
 #include "fp4moe/tactic.h"
@@ -10,13 +12,18 @@ namespace {
 
 TEST(Tactic, FormatParseRoundTripsEveryListedTactic) {
   int n = 0;
-  for (Family f : {Family::kW4a16Mma, Family::kCutlassSm120, Family::kCutlassSm100})
+  std::set<Family> families_listed;
+  for (Family f : {Family::kW4a16Mma, Family::kW4a16Wgmma, Family::kCutlassSm120, Family::kCutlassSm100,
+                   Family::kW4a16Gemv, Family::kW4a16Fused})
     for (Epilogue e : {Epilogue::kNone, Epilogue::kSwiglu, Epilogue::kFinalize})
       for (const Tactic& t : listed_tactics(f, e)) {
+        EXPECT_EQ(t.family, f) << format_tactic(t);
         EXPECT_EQ(parse_tactic(format_tactic(t)), t) << format_tactic(t);
         EXPECT_EQ(decode_tactic(encode_tactic(t)), t) << format_tactic(t);
+        families_listed.insert(f);
         ++n;
       }
+  EXPECT_EQ(families_listed.size(), 6u);  // every family has listed tactics, each round-tripped
   EXPECT_GT(n, 40);
   EXPECT_EQ(format_tactic(Tactic{Family::kW4a16Mma, 128, 32, 256, 4, 4, 2, Epilogue::kFinalize, false}),
             "w4a16_mma:m128n32k256:s4:w4:sk2:finalize");
@@ -37,6 +44,7 @@ TEST(Tactic, BadTextIsAClearError) {
   }
   try {
     parse_tactic("w4a16_mma:m128n32k256:s4:w4:sk1:fused");
+    ADD_FAILURE() << "an unknown epilogue was parsed";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown epilogue 'fused'"), std::string::npos) << e.what();
   }

@@ -1,5 +1,6 @@
-// The CPU reference MoE layer: a hand-computed layer, and invariants (relabelling experts,
-// a zero expert, k = 1, the shared expert, W4A4 numerics).
+// The CPU reference MoE layer: a hand-computed layer, the textbook loop over dequantized
+// matrices, and invariants (relabelling experts, a zero expert, k = 1, the shared expert, W4A4
+// numerics).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -80,6 +81,59 @@ Layer random_layer(int experts, int k, int64_t tokens, uint64_t seed) {
   l.x = make_hidden_states(tokens, c.hidden, seed);
   l.logits = make_router_logits(tokens, experts, seed);
   return l;
+}
+
+// The whole layer against the textbook loop over dequantized matrices (`dequantize_f64`, the
+// format's own decoder, not the reference's row decoder): random gate, up and down matrices of
+// every expert and the shared one, several tokens, two slots with unequal weights. A gate / up
+// swap, a transposed matrix, a token's slots mixed up or a slot's weight misapplied all change
+// the result.
+TEST(MoeReference, MatchesTheTextbookLoopOverDequantizedMatrices) {
+  constexpr int kExperts = 6, kTopK = 2;
+  constexpr int64_t kTokens = 5, H = 64, I = 32, kSharedI = 48;
+  Layer l = random_layer(kExperts, kTopK, kTokens, 27);
+  l.w.config.shared_intermediate = kSharedI;
+  l.w.shared = make_synthetic_expert(H, kSharedI, 98, 0, WeightInit::kQuantizedGaussian);
+  Routing r;
+  r.tokens = kTokens;
+  r.top_k = kTopK;
+  r.ids = {4, 1, 0, 5, 2, 4, 3, 0, 5, 2};  // every expert used, in both slots
+  r.weights = {0.7f, 0.2f, 0.45f, 1.3f, 0.15f, 0.6f, 0.9f, 0.05f, 0.3f, 0.8f};
+  const std::vector<double> out = moe_reference(l.w, l.x, kTokens, r);
+
+  // y = down(silu(gate x) * up x), every matrix dequantized whole: [rows, cols] row-major.
+  auto expert = [&](const ExpertWeights& e, int64_t inter, const float* x) {
+    const std::vector<double> g = e.gate.dequantize_f64(), u = e.up.dequantize_f64(),
+                              d = e.down.dequantize_f64();
+    std::vector<double> act(static_cast<size_t>(inter)), y(static_cast<size_t>(H), 0.0);
+    for (int64_t i = 0; i < inter; ++i) {
+      double gi = 0, ui = 0;
+      for (int64_t k = 0; k < H; ++k) {
+        gi += g[i * H + k] * x[k];
+        ui += u[i * H + k] * x[k];
+      }
+      act[i] = gi / (1.0 + std::exp(-gi)) * ui;
+    }
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < inter; ++i) y[h] += d[h * inter + i] * act[i];
+    return y;
+  };
+  double err = 0, norm = 0;
+  for (int64_t t = 0; t < kTokens; ++t) {
+    const float* xt = l.x.data() + t * H;
+    std::vector<double> want = expert(*l.w.shared, kSharedI, xt);
+    for (int j = 0; j < kTopK; ++j) {
+      const std::vector<double> y = expert(l.w.experts[r.ids[t * kTopK + j]], I, xt);
+      for (int64_t h = 0; h < H; ++h) want[h] += r.weights[t * kTopK + j] * y[h];
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      EXPECT_NEAR(out[t * H + h], want[h], 1e-10 * (1 + std::fabs(want[h]))) << "t " << t << " h " << h;
+      err += (out[t * H + h] - want[h]) * (out[t * H + h] - want[h]);
+      norm += want[h] * want[h];
+    }
+  }
+  EXPECT_GT(norm, 1.0);  // the inputs are not degenerate
+  EXPECT_LT(std::sqrt(err / norm), 1e-12);
 }
 
 TEST(MoeReference, RelabellingExpertsChangesNothing) {
