@@ -46,7 +46,7 @@ expect_one_line_error(run("run", "--preset", "glm6", expect_rc=1), "preset")
 expect_one_line_error(run("run", "--hidden", "100", expect_rc=1), "multiple of")
 expect_one_line_error(run("bench", "--tokens", "1,x", expect_rc=1), "'x' is not a number")
 expect_one_line_error(run("bench", "--tokens", "1,0", expect_rc=1), "'0' is not a token count")
-expect_one_line_error(run("frobnicate", expect_rc=1), "")
+expect_one_line_error(run("frobnicate", expect_rc=1), "unknown command 'frobnicate' (commands: info, quantize, run,")
 # A shape override given is applied, 0 included: validation names it, never the preset's value.
 expect_one_line_error(run("run", "--experts", "0", expect_rc=1), "number of experts must be > 0")
 expect_one_line_error(run("run", "--top-k", "0", expect_rc=1), "top_k = 0")

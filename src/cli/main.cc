@@ -24,6 +24,20 @@ int main(int argc, char** argv) {
   fp4moe::cli::register_synth(app);
   fp4moe::cli::register_inspect(app);
   fp4moe::cli::register_tune(app);
+  // A first word that names no command: CLI11 would only say that a command is required.
+  if (argc >= 2 && argv[1][0] != '-') {
+    std::string commands;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      known |= sub->check_name(argv[1]);
+      commands += (commands.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "fp4moe: error: unknown command '%s' (commands: %s)\n",
+                   fp4moe::cli::printable(argv[1]).c_str(), commands.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
