@@ -34,8 +34,8 @@ TEST(EventTimingOnGpu, WarmsUpByCountThenTimesTheMedian) {
   }, [&] { ++befores; });
   EXPECT_EQ(calls, 10);
   EXPECT_EQ(befores, 10);
-  EXPECT_GT(s, 50e-6);
-  EXPECT_LT(s, 5e-3);
+  EXPECT_GT(s, 50e-6);   // one run's time, not less ...
+  EXPECT_LT(s, 0.5e-3);  // ... nor the sum of the 7 timed runs (~1 ms and more)
 }
 
 TEST(EventTimingOnGpu, WarmsUpForAtLeastTheTimeAsked) {

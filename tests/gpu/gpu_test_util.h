@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -101,7 +102,10 @@ inline Comparison compare(const std::vector<double>& got, const std::vector<doub
     den += ref[i] * ref[i];
     c.max_abs = std::max(c.max_abs, std::fabs(d));
   }
-  c.rel_frobenius = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  // A NaN or Inf anywhere fails every tolerance: an output of NaNs must not read as error 0.
+  c.rel_frobenius = c.non_finite > 0 ? std::numeric_limits<double>::infinity()
+                    : den > 0         ? std::sqrt(num / den)
+                                      : std::sqrt(num);
   return c;
 }
 

@@ -210,18 +210,27 @@ INSTANTIATE_TEST_SUITE_P(Presets, GpuLayerPreset, ::testing::Values("glm5", "glm
                            return n;
                          });
 
-// Output rows of `samples` tokens (the first, the last, the rest random) against the reference
-// run on those tokens alone with the GPU's routing; the non-finite count covers every token.
+// Output rows of `samples` tokens against the reference run on those tokens alone with the GPU's
+// routing; the non-finite count covers every token. The tokens: the first, the last, the last
+// token of `samples` / 3 experts drawn at random (an expert's rows are in token order, so that
+// token's row sits in the expert's last, partial token tile, where a tile's width and its box
+// of rows change), the rest random.
 test::Comparison check_sampled_tokens(const MoeWeights& w, const std::vector<float>& hidden, int64_t tokens,
                                       const RunResult& r, int samples, uint64_t seed) {
   const int64_t H = w.config.hidden, k = r.routing.top_k;
+  std::vector<int64_t> last_token(w.config.num_experts, -1);
+  for (int64_t i = 0; i < tokens * k; ++i) last_token[r.routing.ids[i]] = i / k;
   std::vector<int64_t> pick = {0, tokens - 1};
   uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  while (static_cast<int>(pick.size()) < std::min<int64_t>(samples, tokens)) {
+  auto draw = [&state](uint64_t n) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
-    const int64_t t = static_cast<int64_t>((state >> 33) % static_cast<uint64_t>(tokens));
-    if (std::find(pick.begin(), pick.end(), t) == pick.end()) pick.push_back(t);
-  }
+    return static_cast<int64_t>((state >> 33) % n);
+  };
+  auto add = [&pick](int64_t t) {
+    if (t >= 0 && std::find(pick.begin(), pick.end(), t) == pick.end()) pick.push_back(t);
+  };
+  for (int i = 0; i < samples / 3; ++i) add(last_token[draw(last_token.size())]);
+  while (static_cast<int>(pick.size()) < std::min<int64_t>(samples, tokens)) add(draw(tokens));
   const int64_t S = static_cast<int64_t>(pick.size());
   std::vector<float> sub_hidden(S * H);
   Routing sub{S, static_cast<int>(k), std::vector<int32_t>(S * k), std::vector<float>(S * k)};
@@ -340,6 +349,7 @@ TEST(GpuLayer, SoftmaxAndGroupLimitedRouting) {
       for (size_t i = 0; i < ref.weights.size(); ++i)
         EXPECT_NEAR(r.routing.weights[i], ref.weights[i], 1e-5) << "variant " << variant << " T=" << tokens;
       const test::Comparison cmp = check_against_reference(c.weights, hidden, tokens, r);
+      EXPECT_EQ(cmp.non_finite, 0) << "variant " << variant << " T=" << tokens;
       EXPECT_LT(cmp.rel_frobenius, kTolerance) << "variant " << variant << " T=" << tokens;
     }
   }
