@@ -6,11 +6,14 @@ usage: safetensors_interop_test.py FP4MOE_BINARY
   1. Python writes a file (several dtypes, a scalar, an empty tensor, metadata); `fp4moe inspect
      --json` must report the same names, dtypes, shapes and bytes (FNV-1a 64 checksums).
   2. `fp4moe synth` writes a checkpoint; Python's safe_open reads every shard, the index covers
-     every tensor, and the bytes of every tensor numpy can hold match fp4moe's checksums.
-  3. `fp4moe quantize` writes NVFP4 tensors; Python reads them.
+     every tensor, and the bytes of every tensor (read by the header's offsets; through safe_open
+     too where NumPy holds the dtype) match fp4moe's checksums.
+  3. `fp4moe quantize` writes NVFP4 tensors; Python reads them, equal to the NumPy recipe's
+     (tests/oracle/fp_oracle.py) codes, E4M3 block scales and global scale.
 """
 import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -18,6 +21,9 @@ import tempfile
 import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "oracle"))
+import fp_oracle  # noqa: E402  (the ModelOpt recipe in NumPy + ml_dtypes)
 
 BIN = sys.argv[1]
 failures = []
@@ -33,6 +39,16 @@ def fnv1a(b):
     for c in b:
         h = ((h ^ c) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
     return f"{h:016x}"
+
+
+def raw_bytes(path, name):
+    """A tensor's bytes as the safetensors format places them (8-byte header length, JSON header,
+    data_offsets into the buffer after it): for dtypes NumPy cannot hold, such as F8_E4M3."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        begin, end = json.loads(f.read(n))[name]["data_offsets"]
+        f.seek(8 + n + begin)
+        return f.read(end - begin)
 
 
 def inspect(path):
@@ -84,9 +100,11 @@ with tempfile.TemporaryDirectory() as d:
                 sl = f.get_slice(name)
                 check(list(sl.get_shape()) == ours[name]["shape"], f"{name}: shape")
                 check(sl.get_dtype() == ours[name]["dtype"], f"{name}: dtype {sl.get_dtype()} vs {ours[name]['dtype']}")
-                if sl.get_dtype() in ("U8", "F32"):
-                    arr = f.get_tensor(name)
-                    check(fnv1a(np.ascontiguousarray(arr).tobytes()) == ours[name]["fnv1a64"], f"{name}: bytes")
+                raw = raw_bytes(os.path.join(ck, shard), name)
+                check(fnv1a(raw) == ours[name]["fnv1a64"], f"{name}: bytes (read by offsets)")
+                if sl.get_dtype() in ("U8", "F32", "BF16"):
+                    arr = f.get_tensor(name)  # safetensors' own reader, where NumPy holds the dtype
+                    check(np.ascontiguousarray(arr).tobytes() == raw, f"{name}: safe_open's bytes")
                     if name.endswith("weight_scale_2"):
                         check(arr.shape == () and float(arr) > 0, f"{name}: not a positive scalar")
     check(seen == set(index), "index and shards disagree")
@@ -98,9 +116,14 @@ with tempfile.TemporaryDirectory() as d:
     q = os.path.join(d, "q.safetensors")
     p = subprocess.run([BIN, "quantize", os.path.join(d, "w.npy"), q], capture_output=True, text=True, timeout=60)
     check(p.returncode == 0, f"quantize: {p.stderr}")
+    glob, scales, codes = fp_oracle.nvfp4(w)
     with safe_open(q, framework="numpy") as f:
         check(f.get_tensor("weight").shape == (16, 32), "quantize: weight shape")
+        check(np.array_equal(f.get_tensor("weight"), codes), "quantize: codes differ from the NumPy recipe")
         check(f.get_slice("weight_scale").get_dtype() == "F8_E4M3", "quantize: scale dtype")
+        check(list(f.get_slice("weight_scale").get_shape()) == [16, 4], "quantize: scale shape")
+        check(raw_bytes(q, "weight_scale") == scales.tobytes(), "quantize: block scales differ from the NumPy recipe")
+        check(f.get_tensor("weight_scale_2") == glob, "quantize: global scale differs from the NumPy recipe")
         check(abs(float(f.get_tensor("weight_scale_2")) - np.abs(w).max() / 2688) < 1e-6, "quantize: global scale")
         check(f.metadata().get("producer") == "fp4moe", "quantize: metadata")
 
