@@ -126,8 +126,9 @@ with tempfile.TemporaryDirectory() as d:
         want = moe_layer(layers[1], x.astype(np.float64))
         check(y.shape == want.shape, f"output shape {y.shape}, expected {want.shape}")
         check(np.linalg.norm(want) > 1.0, "the oracle's output is degenerate")
-        # fp4moe rounds its float64 result to bf16 (8 significant bits): half an ulp, 2^-9.
-        bound = 2.0**-8 * np.abs(want) + 1e-6 * np.abs(want).max()
+        # fp4moe rounds its float64 result to bf16 (8 significant bits): half an ulp, at most 2^-8
+        # of the value; the two float64 computations differ by far less than the slack.
+        bound = 2.0**-8 * (1 + 1e-6) * np.abs(want) + 1e-6 * np.abs(want).max()
         worst = np.abs(y - want) - bound
         check(worst.max() <= 0, f"output differs from the NumPy layer beyond bf16 rounding at "
                                 f"{np.unravel_index(worst.argmax(), worst.shape)}: relative error {rel_error(y, want):.3e}")
