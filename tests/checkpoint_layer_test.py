@@ -61,15 +61,13 @@ def layer_tensors(rng):
 
 
 def expert(t, prefix, x, swap_gate_up=False):
-    gate, up = dequantize_proj(t, prefix, "gate_proj"), dequantize_proj(t, prefix, "up_proj")
+    """y = down(silu(gate x) * up x) for every row of x."""
+    gate, up, down = (dequantize({k: t[f"{prefix}.{proj}.{k}"] for k in ("weight", "weight_scale", "weight_scale_2")})
+                      for proj in ("gate_proj", "up_proj", "down_proj"))
     if swap_gate_up:
         gate, up = up, gate
     g, u = x @ gate.T, x @ up.T
-    return (g / (1.0 + np.exp(-g)) * u) @ dequantize_proj(t, prefix, "down_proj").T
-
-
-def dequantize_proj(t, prefix, proj):
-    return dequantize({k: t[f"{prefix}.{proj}.{k}"] for k in ("weight", "weight_scale", "weight_scale_2")})
+    return (g / (1.0 + np.exp(-g)) * u) @ down.T
 
 
 def moe_layer(t, x, swap_gate_up=False):
@@ -77,13 +75,16 @@ def moe_layer(t, x, swap_gate_up=False):
     logits = (x @ router.T).astype(np.float32).astype(np.float64)
     scores = 1.0 / (1.0 + np.exp(-logits))
     choice = scores + t["gate.e_score_correction_bias"].astype(np.float64)
-    out = expert(t, "shared_experts", x, swap_gate_up)
+    # Each token's routed weight per expert (0 where not chosen), then each expert once on all tokens.
+    weights = np.zeros((x.shape[0], E))
     for tok in range(x.shape[0]):
         chosen = np.argsort(-choice[tok], kind="stable")[:TOP_K]  # ties: the lower index first
         w = scores[tok, chosen]
-        w = (w / (w.sum() + 1e-20) * SCALING).astype(np.float32).astype(np.float64)
-        for e, we in zip(chosen, w):
-            out[tok] += we * expert(t, f"experts.{e}", x[tok:tok + 1], swap_gate_up)[0]
+        weights[tok, chosen] = (w / (w.sum() + 1e-20) * SCALING).astype(np.float32)
+    out = expert(t, "shared_experts", x, swap_gate_up)
+    for e in range(E):
+        if weights[:, e].any():
+            out += weights[:, e:e + 1] * expert(t, f"experts.{e}", x, swap_gate_up)
     return out
 
 
@@ -130,8 +131,9 @@ with tempfile.TemporaryDirectory() as d:
         # of the value; the two float64 computations differ by far less than the slack.
         bound = 2.0**-8 * (1 + 1e-6) * np.abs(want) + 1e-6 * np.abs(want).max()
         worst = np.abs(y - want) - bound
-        check(worst.max() <= 0, f"output differs from the NumPy layer beyond bf16 rounding at "
-                                f"{np.unravel_index(worst.argmax(), worst.shape)}: relative error {rel_error(y, want):.3e}")
+        where = np.unravel_index(worst.argmax(), worst.shape)
+        check(worst.max() <= 0, f"output differs from the NumPy layer beyond bf16 rounding at {where}: "
+                                f"relative error {rel_error(y, want):.3e}")
         # The oracle can tell the mistakes a loader could make.
         check(rel_error(y, moe_layer(layers[1], x.astype(np.float64), swap_gate_up=True)) > 0.1,
               "gate and up swapped would pass")

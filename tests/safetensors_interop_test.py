@@ -41,14 +41,15 @@ def fnv1a(b):
     return f"{h:016x}"
 
 
-def raw_bytes(path, name):
-    """A tensor's bytes as the safetensors format places them (8-byte header length, JSON header,
-    data_offsets into the buffer after it): for dtypes NumPy cannot hold, such as F8_E4M3."""
+def raw_tensors(path):
+    """Every tensor's bytes as the safetensors format places them (8-byte header length, JSON
+    header, data_offsets into the buffer after it): for dtypes NumPy cannot hold, such as F8_E4M3."""
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
-        begin, end = json.loads(f.read(n))[name]["data_offsets"]
-        f.seek(8 + n + begin)
-        return f.read(end - begin)
+        header = json.loads(f.read(n))
+        data = f.read()
+    return {name: data[t["data_offsets"][0]:t["data_offsets"][1]]
+            for name, t in header.items() if name != "__metadata__"}
 
 
 def inspect(path):
@@ -93,6 +94,7 @@ with tempfile.TemporaryDirectory() as d:
     ours = inspect(ck)
     seen = set()
     for shard in sorted(set(index.values())):
+        raws = raw_tensors(os.path.join(ck, shard))
         with safe_open(os.path.join(ck, shard), framework="numpy") as f:
             for name in f.keys():
                 seen.add(name)
@@ -100,7 +102,7 @@ with tempfile.TemporaryDirectory() as d:
                 sl = f.get_slice(name)
                 check(list(sl.get_shape()) == ours[name]["shape"], f"{name}: shape")
                 check(sl.get_dtype() == ours[name]["dtype"], f"{name}: dtype {sl.get_dtype()} vs {ours[name]['dtype']}")
-                raw = raw_bytes(os.path.join(ck, shard), name)
+                raw = raws[name]
                 check(fnv1a(raw) == ours[name]["fnv1a64"], f"{name}: bytes (read by offsets)")
                 if sl.get_dtype() in ("U8", "F32", "BF16"):
                     arr = f.get_tensor(name)  # safetensors' own reader, where NumPy holds the dtype
@@ -122,7 +124,7 @@ with tempfile.TemporaryDirectory() as d:
         check(np.array_equal(f.get_tensor("weight"), codes), "quantize: codes differ from the NumPy recipe")
         check(f.get_slice("weight_scale").get_dtype() == "F8_E4M3", "quantize: scale dtype")
         check(list(f.get_slice("weight_scale").get_shape()) == [16, 4], "quantize: scale shape")
-        check(raw_bytes(q, "weight_scale") == scales.tobytes(), "quantize: block scales differ from the NumPy recipe")
+        check(raw_tensors(q)["weight_scale"] == scales.tobytes(), "quantize: block scales differ from the NumPy recipe")
         check(f.get_tensor("weight_scale_2") == glob, "quantize: global scale differs from the NumPy recipe")
         check(abs(float(f.get_tensor("weight_scale_2")) - np.abs(w).max() / 2688) < 1e-6, "quantize: global scale")
         check(f.metadata().get("producer") == "fp4moe", "quantize: metadata")

@@ -90,7 +90,7 @@ Layer random_layer(int experts, int k, int64_t tokens, uint64_t seed) {
 // the result.
 TEST(MoeReference, MatchesTheTextbookLoopOverDequantizedMatrices) {
   constexpr int kExperts = 6, kTopK = 2;
-  constexpr int64_t kTokens = 5, H = 64, I = 32, kSharedI = 48;
+  constexpr int64_t kTokens = 5, H = 64, kSharedI = 48;  // the routed experts: I = 32
   Layer l = random_layer(kExperts, kTopK, kTokens, 27);
   l.w.config.shared_intermediate = kSharedI;
   l.w.shared = make_synthetic_expert(H, kSharedI, 98, 0, WeightInit::kQuantizedGaussian);
@@ -101,29 +101,37 @@ TEST(MoeReference, MatchesTheTextbookLoopOverDequantizedMatrices) {
   r.weights = {0.7f, 0.2f, 0.45f, 1.3f, 0.15f, 0.6f, 0.9f, 0.05f, 0.3f, 0.8f};
   const std::vector<double> out = moe_reference(l.w, l.x, kTokens, r);
 
-  // y = down(silu(gate x) * up x), every matrix dequantized whole: [rows, cols] row-major.
-  auto expert = [&](const ExpertWeights& e, int64_t inter, const float* x) {
-    const std::vector<double> g = e.gate.dequantize_f64(), u = e.up.dequantize_f64(),
-                              d = e.down.dequantize_f64();
-    std::vector<double> act(static_cast<size_t>(inter)), y(static_cast<size_t>(H), 0.0);
-    for (int64_t i = 0; i < inter; ++i) {
-      double gi = 0, ui = 0;
+  // y = down(silu(gate x) * up x), every matrix dequantized whole, once: [rows, cols] row-major.
+  struct Dense {
+    std::vector<double> gate, up, down;
+    int64_t inter;
+  };
+  auto dense = [](const ExpertWeights& e) {
+    return Dense{e.gate.dequantize_f64(), e.up.dequantize_f64(), e.down.dequantize_f64(), e.gate.rows};
+  };
+  std::vector<Dense> routed;
+  for (const ExpertWeights& e : l.w.experts) routed.push_back(dense(e));
+  const Dense shared = dense(*l.w.shared);
+  auto expert = [&](const Dense& e, const float* x) {
+    std::vector<double> act(static_cast<size_t>(e.inter)), y(static_cast<size_t>(H), 0.0);
+    for (int64_t i = 0; i < e.inter; ++i) {
+      double g = 0, u = 0;
       for (int64_t k = 0; k < H; ++k) {
-        gi += g[i * H + k] * x[k];
-        ui += u[i * H + k] * x[k];
+        g += e.gate[i * H + k] * x[k];
+        u += e.up[i * H + k] * x[k];
       }
-      act[i] = gi / (1.0 + std::exp(-gi)) * ui;
+      act[i] = g / (1.0 + std::exp(-g)) * u;
     }
     for (int64_t h = 0; h < H; ++h)
-      for (int64_t i = 0; i < inter; ++i) y[h] += d[h * inter + i] * act[i];
+      for (int64_t i = 0; i < e.inter; ++i) y[h] += e.down[h * e.inter + i] * act[i];
     return y;
   };
   double err = 0, norm = 0;
   for (int64_t t = 0; t < kTokens; ++t) {
     const float* xt = l.x.data() + t * H;
-    std::vector<double> want = expert(*l.w.shared, kSharedI, xt);
+    std::vector<double> want = expert(shared, xt);
     for (int j = 0; j < kTopK; ++j) {
-      const std::vector<double> y = expert(l.w.experts[r.ids[t * kTopK + j]], I, xt);
+      const std::vector<double> y = expert(routed[r.ids[t * kTopK + j]], xt);
       for (int64_t h = 0; h < H; ++h) want[h] += r.weights[t * kTopK + j] * y[h];
     }
     for (int64_t h = 0; h < H; ++h) {
