@@ -24,7 +24,16 @@ struct Case {
   int64_t tokens;
   bool shared;
   bool ties = false;  // logits on a grid of 0.5: many equal scores, the index breaks the tie
+  bool far = false;   // every 7th logit at +-80..119 (the sigmoid saturates; below -87 its
+                      // denominator passes 2^126) and token 0's every logit below -87
 };
+
+// Far logits as `far` asks: the same ones the sorted-list test below gives the routing.
+void make_far(std::vector<float>& logits, int experts) {
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (i % 7 == 0) logits[i] = (i % 3 == 0 ? 1.0f : -1.0f) * (80.0f + static_cast<float>(i % 40));
+  for (int e = 0; e < experts; ++e) logits[e] = -90.0f - static_cast<float>(e % 13);
+}
 
 // The correction bias both tests give the sigmoid mode: small, varied, of both signs.
 std::vector<float> test_bias(int experts) {
@@ -43,6 +52,7 @@ TEST_P(GpuRouting, MatchesReferenceAndPermutationIsConsistent) {
   std::vector<float> logits = make_router_logits(T, E, 17 + T);
   if (c.ties)
     for (float& x : logits) x = std::round(2.0f * x) / 2.0f;
+  if (c.far) make_far(logits, E);
   const std::vector<float> bias = test_bias(E);
   DeviceBuffer dl = test::to_device(logits), db = test::to_device(bias);
   DeviceBuffer ids(T * k * 4), w(T * k * 4), off((E + 2) * 4), rt(P * 4), rw(P * 4), pr(P * 4),
@@ -135,13 +145,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{RoutingMode::kSigmoidNoAuxTc, 4, 1, 1, true, 1.0f}, 512, 33, false},
         Case{{RoutingMode::kSigmoidNoAuxTc, 6, 1, 1, true, 1.0f}, 1024, 5, false},  // 32 experts per lane, one CTA
         Case{{RoutingMode::kSoftmaxTopK, 8, 1, 1, true, 1.0f}, 64, 7, false, true},
-        Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 65, true, true}),
+        Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 65, true, true},
+        Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 3000, true, false, true},
+        Case{{RoutingMode::kSoftmaxTopK, 4, 1, 1, true, 1.0f}, 160, 40, false, false, true}),
     [](const auto& i) {
       const Case& c = i.param;
       return std::string(c.cfg.mode == RoutingMode::kSoftmaxTopK ? "softmax" : "sigmoid") + "_E" +
              std::to_string(c.experts) + "_k" + std::to_string(c.cfg.top_k) + "_g" +
              std::to_string(c.cfg.n_group) + "_T" + std::to_string(c.tokens) +
-             (c.shared ? "_shared" : "") + (c.ties ? "_ties" : "");
+             (c.shared ? "_shared" : "") + (c.ties ? "_ties" : "") + (c.far ? "_far" : "");
     });
 
 // One warp per token: route_token's scan and its sorted lists, each pair into its own buffers.
@@ -172,12 +184,9 @@ TEST_P(GpuRoutingSorted, SortedListsEqualTheScan) {
   const int E = c.experts, k = c.cfg.top_k;
   const int T = 4096;
   std::vector<float> logits = make_router_logits(T, E, 91 + c.logit_kind);
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (c.logit_kind == 1) logits[i] = std::round(2.0f * logits[i]) / 2.0f;
-    if (c.logit_kind == 2 && i % 7 == 0) logits[i] = (i % 3 == 0 ? 1.0f : -1.0f) * (80.0f + static_cast<float>(i % 40));
-  }
-  if (c.logit_kind == 2)  // a token whose every logit is far below -87: its choice is the bias alone
-    for (int e = 0; e < E; ++e) logits[e] = -90.0f - static_cast<float>(e % 13);
+  if (c.logit_kind == 1)
+    for (float& x : logits) x = std::round(2.0f * x) / 2.0f;
+  if (c.logit_kind == 2) make_far(logits, E);  // token 0's choice is the bias alone
   DeviceBuffer dl = test::to_device(logits), db = test::to_device(test_bias(E));
   DeviceBuffer ids_a(T * k * 4), w_a(T * k * 4), ids_b(T * k * 4), w_b(T * k * 4);
   for (DeviceBuffer* b : {&ids_a, &w_a, &ids_b, &w_b}) test::poison(*b);
@@ -195,8 +204,9 @@ TEST_P(GpuRoutingSorted, SortedListsEqualTheScan) {
     ASSERT_GE(ia[i], 0);
     ASSERT_LT(ia[i], E);
   }
-  // The scan itself is the routing kernels' (checked against the reference above); with the far
-  // logits, the weights of a token whose every score underflows are finite too.
+  // The scan itself is the routing kernels' (checked against the reference above, far logits and
+  // ties included); with the far logits, the weights of a token whose every score underflows are
+  // finite too.
   if (c.logit_kind == 2 && c.cfg.mode == RoutingMode::kSigmoidNoAuxTc) {
     const std::vector<float> w0 = test::to_host<float>(w_a, k);
     for (float x : w0) EXPECT_TRUE(std::isfinite(x));
