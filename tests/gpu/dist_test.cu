@@ -7,6 +7,7 @@
 //   the combine is deterministic (repeat runs bitwise equal).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <exception>
 #include <memory>
 #include <thread>
@@ -194,6 +195,13 @@ TEST(ExpertParallel, TwoGpusMatchOneGpuAndMoveRowsBitExactly) {
         FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
         const int64_t n = ep.sent_row_count() * c.hidden;
         EXPECT_EQ(ep.sent_row_count(), mine * c.routing.top_k);
+        // Every rank's slots routed to my experts, from the reference's routing of all T tokens.
+        const Routing all = route_reference(c.routing, logits, T, c.num_experts, full.correction_bias);
+        const IndexRange experts = ep_experts(c.num_experts, shard);
+        const int64_t routed_here = std::count_if(all.ids.begin(), all.ids.end(), [&](int32_t e) {
+          return e >= experts.begin && e < experts.end;
+        });
+        EXPECT_EQ(ep.received_row_count(), routed_here) << "rank " << r << " case " << ci;
         EXPECT_EQ(test::to_host(ep.sent_rows(), n), test::to_host(ep.returned_rows(), n)) << "rank " << r << " case " << ci;
         // The layer, twice: the same bits both times.
         test::poison(dout);
