@@ -1,6 +1,7 @@
 // fp4moe/tune.h - the autotuner: for each GEMM of a layer and each token bucket, every tactic
 // the resource model admits on the current GPU is launched, verified against the float64
-// reference on a sample of tokens (a wrong result rejects it, like a failed launch), and timed
+// reference on a sample of tokens and, on every token, against the heuristic plan's output (a
+// wrong result rejects it, like a failed launch), and timed
 // in the whole layer as a CUDA graph (warm-up, median, L2 flushed before every replay). The
 // finalists - the heuristic's tactic and the fastest within finalist_margin - are then timed
 // again in turns, each long enough for the clock to settle, and ranked by those. Where FC1 kept
@@ -27,6 +28,9 @@ struct TuneOptions {
   uint64_t seed = 1;
   int verify_tokens = 4;  // tokens checked against the reference per bucket
   double max_rel_error = 1e-2;
+  // Every token's row of a candidate's output against the heuristic plan's row of the same batch
+  // (relative Frobenius difference): the reference, costly on the CPU, sees only verify_tokens.
+  double max_row_rel_error = 2e-2;
   // A candidate replaces the heuristic's tactic only if it is faster by more than this fraction
   // (the run-to-run noise of the layer time): the cache never trades the heuristic for noise.
   double keep_heuristic_margin = 0.025;

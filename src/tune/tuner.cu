@@ -47,6 +47,7 @@
 #include "runtime/event_timing.h"
 #include "runtime/gpu_wake.h"
 #include "runtime/l2_flush.h"
+#include "tune/output_check.h"
 #include "tune/ranking.h"
 
 namespace fp4moe {
@@ -56,19 +57,8 @@ struct Batch {
   int64_t tokens = 0;
   DeviceBuffer hidden, logits, out;
   std::vector<std::vector<double>> reference_rows;  // [verify token][H]
+  std::vector<uint16_t> heuristic_out;              // [T][H]: the heuristic plan's output
 };
-
-double rel_error_rows(const std::vector<uint16_t>& out, int64_t hidden, const std::vector<std::vector<double>>& ref) {
-  double num = 0, den = 0;
-  for (size_t t = 0; t < ref.size(); ++t)
-    for (int64_t h = 0; h < hidden; ++h) {
-      const double v = Bf16::from_bits(out[t * hidden + h]).to_float();
-      if (!std::isfinite(v)) return INFINITY;
-      num += (v - ref[t][h]) * (v - ref[t][h]);
-      den += ref[t][h] * ref[t][h];
-    }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
 
 }  // namespace
 
@@ -92,6 +82,8 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
   FP4MOE_CHECK(opt.verify_tokens >= 1, "tuning: verify_tokens must be >= 1, got ", opt.verify_tokens);
   FP4MOE_CHECK(std::isfinite(opt.max_rel_error) && opt.max_rel_error > 0, "tuning: max_rel_error must be finite and > 0, got ",
                opt.max_rel_error);
+  FP4MOE_CHECK(std::isfinite(opt.max_row_rel_error) && opt.max_row_rel_error > 0,
+               "tuning: max_row_rel_error must be finite and > 0, got ", opt.max_row_rel_error);
   FP4MOE_CHECK(std::isfinite(opt.keep_heuristic_margin) && opt.keep_heuristic_margin >= 0 &&
                    opt.keep_heuristic_margin < 1,
                "tuning: keep_heuristic_margin must be in [0, 1), got ", opt.keep_heuristic_margin);
@@ -138,8 +130,11 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
     // The routing (from the heuristic plan; every candidate routes the same) and the reference
     // for the first tokens.
     const LayerPlan heuristic = layer.plan_for_heuristic(T);
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(b.out.get(), 0xFF, b.out.bytes(), s));
     layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), s, &heuristic);
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    b.heuristic_out.resize(T * cfg.hidden);
+    FP4MOE_CUDA_CHECK(cudaMemcpy(b.heuristic_out.data(), b.out.get(), b.heuristic_out.size() * 2, cudaMemcpyDeviceToHost));
     const int64_t nv = std::min<int64_t>(T, opt.verify_tokens);
     Routing sub;
     sub.tokens = nv;
@@ -152,6 +147,15 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
     const std::vector<double> ref = moe_reference(w, sub_hidden, nv, sub);
     for (int64_t t = 0; t < nv; ++t)
       b.reference_rows.emplace_back(ref.begin() + t * cfg.hidden, ref.begin() + (t + 1) * cfg.hidden);
+    // Every candidate's rows are held to the heuristic plan's (output_check.h), so that output
+    // must itself be right: finite everywhere (it was poisoned) and its first tokens the reference's.
+    const RowDifference self = worst_row_difference(b.heuristic_out, b.heuristic_out, cfg.hidden);
+    const double heuristic_err = rel_error_vs_reference(b.heuristic_out, cfg.hidden, b.reference_rows);
+    FP4MOE_CHECK(std::isfinite(self.rel) && heuristic_err < opt.max_rel_error, "tuning: the heuristic plan ",
+                 format_tactic(heuristic.fc1), " + ", format_tactic(heuristic.fc2), " is wrong at T = ", T, " (",
+                 std::isfinite(self.rel) ? "relative error " + std::to_string(heuristic_err) + " on the first tokens"
+                                         : "non-finite output at token " + std::to_string(self.row),
+                 "): a bug in fp4moe; nothing was tuned for this bucket");
 
     // A failed launch must not poison the next candidate: clear the error state and reject the
     // tactic; a sticky error (the context is lost) cannot be cleared and ends the tuning with
@@ -181,9 +185,12 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       const auto unwritten = std::find_if(out.begin(), out.end(), [](uint16_t v) { return (v & 0x7F80) == 0x7F80; });
       if (unwritten != out.end())
         return "non-finite output at token " + std::to_string((unwritten - out.begin()) / cfg.hidden);
-      out.resize(nv * cfg.hidden);
-      const double err = rel_error_rows(out, cfg.hidden, b.reference_rows);
+      const double err = rel_error_vs_reference(out, cfg.hidden, b.reference_rows);
       if (!(err < opt.max_rel_error)) return "wrong result: relative error " + std::to_string(err) + " vs the reference";
+      const RowDifference row = worst_row_difference(out, b.heuristic_out, cfg.hidden);
+      if (!(row.rel < opt.max_row_rel_error))
+        return "wrong result: token " + std::to_string(row.row) + "'s row differs from the heuristic plan's by " +
+               std::to_string(row.rel) + " (relative)";
       return {};
     };
     // The layer with a plan as a CUDA graph. The plain call before the capture sizes the

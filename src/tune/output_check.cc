@@ -1,0 +1,55 @@
+#include "tune/output_check.h"
+
+#include <cmath>
+#include <limits>
+
+#include "fp4moe/bf16.h"
+#include "fp4moe/error.h"
+
+namespace fp4moe {
+
+double rel_error_vs_reference(const std::vector<uint16_t>& out, int64_t hidden,
+                              const std::vector<std::vector<double>>& ref) {
+  FP4MOE_CHECK(hidden > 0 && out.size() >= ref.size() * static_cast<size_t>(hidden),
+               "rel_error_vs_reference: ", ref.size(), " reference rows of ", hidden, " need ",
+               ref.size() * hidden, " output values, got ", out.size());
+  double num = 0, den = 0;
+  for (size_t t = 0; t < ref.size(); ++t) {
+    FP4MOE_CHECK(ref[t].size() == static_cast<size_t>(hidden), "rel_error_vs_reference: reference row ", t,
+                 " holds ", ref[t].size(), " values, not ", hidden);
+    for (int64_t h = 0; h < hidden; ++h) {
+      const double v = Bf16::from_bits(out[t * hidden + h]).to_float();
+      if (!std::isfinite(v)) return std::numeric_limits<double>::infinity();
+      num += (v - ref[t][h]) * (v - ref[t][h]);
+      den += ref[t][h] * ref[t][h];
+    }
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+RowDifference worst_row_difference(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want,
+                                   int64_t hidden) {
+  FP4MOE_CHECK(hidden > 0 && got.size() == want.size() && got.size() % hidden == 0,
+               "worst_row_difference: outputs of ", got.size(), " and ", want.size(),
+               " values are not the same whole rows of ", hidden);
+  RowDifference worst;
+  const int64_t rows = static_cast<int64_t>(got.size()) / hidden;
+  for (int64_t r = 0; r < rows; ++r) {
+    double num = 0, den = 0;
+    bool finite = true;
+    for (int64_t h = 0; h < hidden && finite; ++h) {
+      const double x = Bf16::from_bits(got[r * hidden + h]).to_float();
+      const double y = Bf16::from_bits(want[r * hidden + h]).to_float();
+      finite = std::isfinite(x) && std::isfinite(y);
+      num += (x - y) * (x - y);
+      den += y * y;
+    }
+    // A row of zeros (no expert contributes) is judged by its absolute difference.
+    const double rel = !finite ? std::numeric_limits<double>::infinity() : den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    if (worst.row < 0 || rel > worst.rel) worst = {r, rel};
+    if (!finite) break;
+  }
+  return worst;
+}
+
+}  // namespace fp4moe
