@@ -1,5 +1,6 @@
 #include "tune/output_check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -7,6 +8,13 @@
 #include "fp4moe/error.h"
 
 namespace fp4moe {
+
+int64_t first_non_finite_row(const std::vector<uint16_t>& out, int64_t hidden) {
+  FP4MOE_CHECK(hidden > 0, "first_non_finite_row: hidden must be > 0, got ", hidden);
+  // bf16 NaN and Inf: every exponent bit set.
+  const auto it = std::find_if(out.begin(), out.end(), [](uint16_t v) { return (v & 0x7F80) == 0x7F80; });
+  return it == out.end() ? -1 : static_cast<int64_t>(it - out.begin()) / hidden;
+}
 
 double rel_error_vs_reference(const std::vector<uint16_t>& out, int64_t hidden,
                               const std::vector<std::vector<double>>& ref) {

@@ -14,6 +14,10 @@
 
 namespace fp4moe {
 
+// The first row (of H = hidden values) holding a NaN or Inf, or -1: an output poisoned with
+// 0xFF bytes before the run shows here every value the plan left unwritten.
+int64_t first_non_finite_row(const std::vector<uint16_t>& out, int64_t hidden);
+
 // Relative Frobenius error of out's first ref.size() rows (H = hidden values each) against the
 // reference rows (absolute where the reference is 0); infinite where one of those values is NaN
 // or Inf.

@@ -88,6 +88,16 @@ TEST(OutputCheck, NonFiniteValuesAreInfinitelyWrong) {
   EXPECT_TRUE(std::isinf(worst_row_difference(want, got, kHidden).rel));  // in want too
 }
 
+TEST(OutputCheck, TheFirstNonFiniteRowIsNamed) {
+  std::vector<uint16_t> v = random_rows(6, 7);
+  EXPECT_EQ(first_non_finite_row(v, kHidden), -1);
+  v[4 * kHidden + kHidden - 1] = 0x7F80;  // +Inf, the last value of row 4
+  EXPECT_EQ(first_non_finite_row(v, kHidden), 4);
+  v[2 * kHidden] = 0xFFFF;  // the 0xFF poison (a NaN), the first value of row 2
+  EXPECT_EQ(first_non_finite_row(v, kHidden), 2);
+  EXPECT_THROW(first_non_finite_row(v, 0), Error);
+}
+
 TEST(OutputCheck, ZeroRowsAreJudgedByTheirAbsoluteDifference) {
   std::vector<uint16_t> want(3 * kHidden, 0), got = want;
   EXPECT_EQ(worst_row_difference(got, want, kHidden).rel, 0.0);

@@ -149,12 +149,12 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       b.reference_rows.emplace_back(ref.begin() + t * cfg.hidden, ref.begin() + (t + 1) * cfg.hidden);
     // Every candidate's rows are held to the heuristic plan's (output_check.h), so that output
     // must itself be right: finite everywhere (it was poisoned) and its first tokens the reference's.
-    const RowDifference self = worst_row_difference(b.heuristic_out, b.heuristic_out, cfg.hidden);
+    const int64_t heuristic_bad_row = first_non_finite_row(b.heuristic_out, cfg.hidden);
     const double heuristic_err = rel_error_vs_reference(b.heuristic_out, cfg.hidden, b.reference_rows);
-    FP4MOE_CHECK(std::isfinite(self.rel) && heuristic_err < opt.max_rel_error, "tuning: the heuristic plan ",
+    FP4MOE_CHECK(heuristic_bad_row < 0 && heuristic_err < opt.max_rel_error, "tuning: the heuristic plan ",
                  format_tactic(heuristic.fc1), " + ", format_tactic(heuristic.fc2), " is wrong at T = ", T, " (",
-                 std::isfinite(self.rel) ? "relative error " + std::to_string(heuristic_err) + " on the first tokens"
-                                         : "non-finite output at token " + std::to_string(self.row),
+                 heuristic_bad_row >= 0 ? "non-finite output at token " + std::to_string(heuristic_bad_row)
+                                        : "relative error " + std::to_string(heuristic_err) + " on the first tokens",
                  "): a bug in fp4moe; nothing was tuned for this bucket");
 
     // A failed launch must not poison the next candidate: clear the error state and reject the
@@ -182,9 +182,8 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       // poisoned with NaN: a tactic that leaves later token tiles unwritten is caught too).
       std::vector<uint16_t> out(T * cfg.hidden);
       FP4MOE_CUDA_CHECK(cudaMemcpy(out.data(), b.out.get(), out.size() * 2, cudaMemcpyDeviceToHost));
-      const auto unwritten = std::find_if(out.begin(), out.end(), [](uint16_t v) { return (v & 0x7F80) == 0x7F80; });
-      if (unwritten != out.end())
-        return "non-finite output at token " + std::to_string((unwritten - out.begin()) / cfg.hidden);
+      const int64_t bad_row = first_non_finite_row(out, cfg.hidden);
+      if (bad_row >= 0) return "non-finite output at token " + std::to_string(bad_row);
       const double err = rel_error_vs_reference(out, cfg.hidden, b.reference_rows);
       if (!(err < opt.max_rel_error)) return "wrong result: relative error " + std::to_string(err) + " vs the reference";
       const RowDifference row = worst_row_difference(out, b.heuristic_out, cfg.hidden);
