@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "bench/bench_runner.h"
-#include "bench/bf16_compare.h"
+#include "common/bf16_compare.h"
 #include "bench/cublas_baseline.h"
 #include "bench/plain_read.h"
 #include "fp4moe/bf16.h"

@@ -19,7 +19,7 @@
 #include <string>
 #include <thread>
 
-#include "bench/bf16_compare.h"
+#include "common/bf16_compare.h"
 #include "dist/ep_layer.h"
 #include "dist/nccl_api.h"
 #include "fp4moe/bf16.h"

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 
+#include "common/bf16_compare.h"
 #include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
 
@@ -41,21 +43,11 @@ RowDifference worst_row_difference(const std::vector<uint16_t>& got, const std::
                "worst_row_difference: outputs of ", got.size(), " and ", want.size(),
                " values are not the same whole rows of ", hidden);
   RowDifference worst;
-  const int64_t rows = static_cast<int64_t>(got.size()) / hidden;
-  for (int64_t r = 0; r < rows; ++r) {
-    double num = 0, den = 0;
-    bool finite = true;
-    for (int64_t h = 0; h < hidden && finite; ++h) {
-      const double x = Bf16::from_bits(got[r * hidden + h]).to_float();
-      const double y = Bf16::from_bits(want[r * hidden + h]).to_float();
-      finite = std::isfinite(x) && std::isfinite(y);
-      num += (x - y) * (x - y);
-      den += y * y;
-    }
-    // A row of zeros (no expert contributes) is judged by its absolute difference.
-    const double rel = !finite ? std::numeric_limits<double>::infinity() : den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  const std::span<const uint16_t> g(got), w(want);
+  for (int64_t r = 0; r < static_cast<int64_t>(got.size()) / hidden; ++r) {
+    const double rel = bf16_rel_error(g.subspan(r * hidden, hidden), w.subspan(r * hidden, hidden));
     if (worst.row < 0 || rel > worst.rel) worst = {r, rel};
-    if (!finite) break;
+    if (std::isinf(rel)) break;  // the first non-finite row: nothing can be farther
   }
   return worst;
 }
