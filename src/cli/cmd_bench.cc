@@ -380,8 +380,8 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--warm-l2", a->warm_l2, "Do not flush the L2 before each timed run");
   cmd->add_flag("--no-graph", a->no_graph, "Time plain launches instead of CUDA-graph replays");
   cmd->add_flag("--no-baseline", a->no_baseline, "Skip the cuBLAS BF16 baseline");
-  cmd->add_option("--iters", a->iters, "Timed runs per measurement (median)")->check(CLI::Range(1, 100000));
-  cmd->add_option("--warmup", a->warmup, "Untimed runs first")->check(CLI::Range(0, 100000));
+  cmd->add_option("--iters", a->iters, "Timed runs per measurement (median)")->transform(IntegerIn(1, 100000));
+  cmd->add_option("--warmup", a->warmup, "Untimed runs first")->transform(IntegerIn(0, 100000));
   cmd->add_option("--warmup-ms", a->warmup_ms, "Untimed runs for at least this long too: 50-100 ms puts the decode sizes under the power cap, as a long run does")
       ->check(FiniteRange(0.0, 60000.0));
   cmd->add_option("--json", a->json, "Write the results as JSON (schema fp4moe-bench/1)");
@@ -393,11 +393,11 @@ void register_bench(CLI::App& app) {
                   "Seconds of back-to-back BF16 GEMMs before the sustained (power-capped) ceiling is timed; 0: skip it")
       ->check(FiniteRange(0.0, 60.0));
   cmd->add_option("--cpu-max-tokens", a->cpu_max_tokens, "Without a GPU: time the CPU reference up to this T (0: none)")
-      ->check(CLI::Range(int64_t{0}, kMaxTokens));
+      ->transform(IntegerIn(0, kMaxTokens));
   cmd->add_option("--tp", a->tp, "Tensor parallel over this many GPUs (one process each, NCCL): GEMMs vs all-reduce")
-      ->check(CLI::Range(2, 64));
+      ->transform(IntegerIn(2, 64));
   cmd->add_option("--ep", a->ep, "Expert parallel over this many GPUs (one process each, NCCL): GEMMs vs dispatch/return")
-      ->check(CLI::Range(2, 64));
+      ->transform(IntegerIn(2, 64));
   cmd->callback([a] { run_bench_command(*a); });
 }
 

@@ -255,20 +255,20 @@ void register_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Run one MoE layer (built-in GLM-5-shaped default)");
   args->shape.add_to(cmd);
   cmd->add_option("--tokens,-t", args->tokens, "Tokens in the batch")
-      ->check(CLI::Range(int64_t{1}, kMaxTokens));
+      ->transform(IntegerIn(1, kMaxTokens));
   cmd->add_option("--seed", args->seed, "Seed of the synthetic weights and inputs")->transform(WholeNumber<uint64_t>());
-  cmd->add_option("--threads", args->threads, "CPU threads (0: all)")->check(CLI::Range(0, 4096));
+  cmd->add_option("--threads", args->threads, "CPU threads (0: all)")->transform(IntegerIn(0, 4096));
   cmd->add_option("--skew", args->skew, "Routing skew: >0 favours a few experts")->check(FiniteNonNegative);
   cmd->add_option("--device", args->device, "auto (GPU if present), gpu, or cpu (the float64 reference)")
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
   cmd->add_flag("--compare-reference", args->compare, "Check the GPU output against the CPU reference");
   cmd->add_option("--checkpoint", args->checkpoint, "A ModelOpt NVFP4 checkpoint directory (instead of --preset)");
-  cmd->add_option("--layer", args->layer, "With --checkpoint: the MoE layer to run")->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--layer", args->layer, "With --checkpoint: the MoE layer to run")->transform(IntegerIn(0, 1 << 20));
   cmd->add_option("--input", args->input, "Hidden states [T, H] (.npy: f32, f16, f64 or bf16 as <V2); sets T");
   cmd->add_option("--output", args->output, "Write the output [T, H] (.npy)");
   cmd->add_option("--output-dtype", args->output_dtype, "f32 or bf16 (<V2, as ml_dtypes.bfloat16 saves)")
       ->check(CLI::IsMember({"f32", "bf16"}));
-  cmd->add_option("--iters", args->iters, "GPU: timed CUDA-graph replays (median)")->check(CLI::Range(1, 100000));
+  cmd->add_option("--iters", args->iters, "GPU: timed CUDA-graph replays (median)")->transform(IntegerIn(1, 100000));
   // What a checkpoint or an input file fixes cannot also be given: it was silently ignored.
   for (const char* shape : {"--preset", "--hidden", "--intermediate", "--shared-intermediate", "--experts", "--top-k",
                             "--n-group", "--topk-group", "--routing"})

@@ -44,7 +44,7 @@ void register_synth(CLI::App& app) {
   auto* cmd = app.add_subcommand("synth", "Write a ModelOpt NVFP4 checkpoint (GLM-5 layout) from seeded random weights");
   a->shape.add_to(cmd);
   cmd->add_option("out_dir", a->out, "Directory to write (created)")->required();
-  cmd->add_option("--layers", a->layers, "MoE layers")->check(CLI::Range(1, 1000));
+  cmd->add_option("--layers", a->layers, "MoE layers")->transform(IntegerIn(1, 1000));
   cmd->add_option("--seed", a->seed, "Seed (layer L uses seed + L)")->transform(WholeNumber<uint64_t>());
   cmd->add_option("--init", a->init, "auto, quantized (Gaussians through the ModelOpt recipe) or random (codes)")
       ->check(CLI::IsMember({"auto", "quantized", "random"}));

@@ -147,10 +147,10 @@ void register_tactics(CLI::App& app) {
                   "w4a16_mma, w4a16_wgmma, w4a16_gemv, w4a16_fused, cutlass_sm120, cutlass_sm100, or all");
   cmd->add_option("--epilogue", a->epilogue, "finalize, none or swiglu");
   cmd->add_option("--dtype", a->dtype, "Operand type: nvfp4, mxfp4, bf16")->check(CLI::IsMember({"nvfp4", "mxfp4", "bf16"}));
-  cmd->add_option("--experts", a->experts, "Groups of the grouped GEMM (w4a16_mma scheduler state)")->check(CLI::Range(1, 1025));
-  cmd->add_option("--tokens", a->tokens, "w4a16_gemv: tokens of the batch it stages")->check(CLI::Range(1, 8));
+  cmd->add_option("--experts", a->experts, "Groups of the grouped GEMM (w4a16_mma scheduler state)")->transform(IntegerIn(1, 1025));
+  cmd->add_option("--tokens", a->tokens, "w4a16_gemv: tokens of the batch it stages")->transform(IntegerIn(1, 8));
   cmd->add_option("--k", a->k, "w4a16_gemv: the GEMM's K (FC1: hidden, FC2: intermediate)")->transform(MultipleOf(16, 1 << 20, 16, "the NVFP4 block size"));
-  cmd->add_option("--slots", a->slots, "w4a16_gemv: slots per token (top-k, +1 with a shared expert)")->check(CLI::Range(1, 33));
+  cmd->add_option("--slots", a->slots, "w4a16_gemv: slots per token (top-k, +1 with a shared expert)")->transform(IntegerIn(1, 33));
   cmd->add_flag("--json", a->json, "JSON instead of the table");
   cmd->add_flag("--explain", a->explain, "Print every term of the arithmetic");
   cmd->callback([a] { run_tactics(*a); });

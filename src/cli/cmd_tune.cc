@@ -267,14 +267,14 @@ void register_tune(CLI::App& app) {
   auto* cmd = app.add_subcommand("tune", "Measure every admissible tactic per GEMM and token bucket; store the winners");
   a->shape.add_to(cmd);
   cmd->add_option("--tokens", a->tokens, "Token counts to tune (each goes to its bucket); default all buckets <= 16384");
-  cmd->add_option("--iters", a->iters, "Timed layer replays per candidate (median)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--iters", a->iters, "Timed layer replays per candidate (median)")->transform(IntegerIn(1, 1000));
   cmd->add_option("--finalist-cycles", a->finalist_cycles,
                   "Cycles in which the finalists (the heuristic's tactic and the fastest within 8%) are timed again, "
                   "one turn each a cycle in shuffled order; they rank by the median of their turns (0: by the first "
                   "pass)")
-      ->check(CLI::Range(0, 1000));
+      ->transform(IntegerIn(0, 1000));
   cmd->add_option("--finalist-turn-replays", a->finalist_turn_replays, "Timed replays of a finalist in each of its turns")
-      ->check(CLI::Range(1, 1000));
+      ->transform(IntegerIn(1, 1000));
   cmd->add_option("--finalist-settle-ms", a->finalist_settle_ms,
                   "Milliseconds a finalist replays untimed at the start of each turn, so that the clock settles to its "
                   "own power draw")

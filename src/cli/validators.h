@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <cstdint>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -81,16 +82,35 @@ inline CLI::Validator WholeNumber() {
       "INTEGER");
 }
 
+// An integer in [lo, hi], typed in decimal: CLI::Range would read "010" as octal 8 (CLI11
+// converts in base 0), "abc" and "1.5" as "not in range". Given with ->transform: it rewrites
+// the text in plain decimal before CLI11 converts it.
+inline std::string integer_in_error(const std::string& text, int64_t lo, int64_t hi) {
+  const std::optional<int64_t> v = whole_number_of<int64_t>(text);
+  if (!v || *v < lo || *v > hi)
+    return "'" + text + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return {};
+}
+
+inline CLI::Validator IntegerIn(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        std::string error = integer_in_error(text, lo, hi);
+        if (error.empty()) text = std::to_string(*whole_number_of<int64_t>(text));
+        return error;
+      },
+      "INTEGER in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
 // An integer in [lo, hi] that is a multiple of `step` (`why` names the step: a K that the
 // block scales must tile).
 inline CLI::Validator MultipleOf(int64_t lo, int64_t hi, int64_t step, const std::string& why) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
-        const std::optional<int64_t> v = whole_number_of<int64_t>(text);
-        if (!v || *v < lo || *v > hi)
-          return "'" + text + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-        if (*v % step != 0) return text + " is not a multiple of " + why + " " + std::to_string(step);
-        text = std::to_string(*v);  // decimal, as typed (CLI11 would read a leading 0 as octal)
+        if (std::string error = integer_in_error(text, lo, hi); !error.empty()) return error;
+        const int64_t v = *whole_number_of<int64_t>(text);
+        if (v % step != 0) return text + " is not a multiple of " + why + " " + std::to_string(step);
+        text = std::to_string(v);
         return {};
       },
       "MULTIPLE OF " + std::to_string(step));
