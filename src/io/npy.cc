@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,26 +19,70 @@ namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
 
-// Value of `key` in the header dict, as raw text up to the next top-level comma or brace.
-std::string dict_value(const std::string& header, const std::string& key, const std::string& path) {
-  const std::string quoted = "'" + key + "'";
-  const size_t k = header.find(quoted);
-  FP4MOE_CHECK(k != std::string::npos, path, ": .npy header has no '", key, "' entry");
-  size_t p = header.find(':', k + quoted.size());
-  FP4MOE_CHECK(p != std::string::npos, path, ": malformed .npy header near '", key, "'");
+// The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
+// as numpy writes it, but any literal numpy's own reader (ast.literal_eval) takes is read here:
+// keys in single or double quotes, any whitespace around the separators, a trailing comma or none.
+// Each value comes back as its raw text, trimmed, up to the next top-level ',' or '}'.
+std::map<std::string, std::string> header_dict(const std::string& header, const std::string& path) {
+  const auto malformed = [&](const char* what) {
+    FP4MOE_FAIL(path, ": malformed .npy header (", what, "): ", header.substr(0, 120), header.size() > 120 ? "..." : "");
+  };
+  const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  size_t p = 0;
+  const auto skip_space = [&] { while (p < header.size() && is_space(header[p])) ++p; };
+  // A quoted string starting at p; p is left past its closing quote.
+  const auto quoted = [&]() -> std::string {
+    const char q = header[p];
+    const size_t close = header.find(q, p + 1);
+    if (close == std::string::npos) malformed("an unterminated string");
+    std::string text = header.substr(p + 1, close - p - 1);
+    p = close + 1;
+    return text;
+  };
+  skip_space();
+  if (p >= header.size() || header[p] != '{') malformed("no '{'");
   ++p;
-  while (p < header.size() && header[p] == ' ') ++p;
-  size_t end = p;
-  int depth = 0;
-  while (end < header.size()) {
-    const char c = header[end];
-    if (c == '(' || c == '[') ++depth;
-    if (c == ')' || c == ']') --depth;
-    if (depth == 0 && (c == ',' || c == '}')) break;
-    if (depth < 0) break;
-    ++end;
+  std::map<std::string, std::string> dict;
+  for (;;) {
+    skip_space();
+    if (p < header.size() && header[p] == '}') break;
+    if (p >= header.size() || (header[p] != '\'' && header[p] != '"')) malformed("a key is not a quoted string");
+    const std::string key = quoted();
+    skip_space();
+    if (p >= header.size() || header[p] != ':') malformed("no ':' after a key");
+    ++p;
+    skip_space();
+    const size_t begin = p;
+    int depth = 0;
+    for (; p < header.size(); ++p) {
+      const char c = header[p];
+      if (c == '\'' || c == '"') {
+        quoted();
+        --p;  // the loop's ++p steps past the closing quote
+        continue;
+      }
+      if (c == '(' || c == '[') ++depth;
+      if (c == ')' || c == ']') --depth;
+      if (depth < 0 || (depth == 0 && (c == ',' || c == '}'))) break;
+    }
+    if (p >= header.size() || depth != 0) malformed("a value is not closed");
+    size_t end = p;
+    while (end > begin && is_space(header[end - 1])) --end;
+    if (!dict.emplace(key, header.substr(begin, end - begin)).second) malformed("a key given twice");
+    if (header[p] == ',') ++p;
   }
-  return header.substr(p, end - p);
+  ++p;
+  skip_space();
+  if (p != header.size()) malformed("text after the '}'");
+  return dict;
+}
+
+// Value of `key` in the header dict.
+const std::string& dict_value(const std::map<std::string, std::string>& dict, const std::string& key,
+                              const std::string& path) {
+  const auto it = dict.find(key);
+  FP4MOE_CHECK(it != dict.end(), path, ": .npy header has no '", key, "' entry");
+  return it->second;
 }
 
 float half_to_float(uint16_t h) {
@@ -121,13 +166,14 @@ NpyArray read_npy(const std::string& path, const std::function<void(const NpyArr
                ": truncated .npy header");
 
   NpyArray a;
-  std::string descr = dict_value(header, "descr", path);
+  const std::map<std::string, std::string> dict = header_dict(header, path);
+  const std::string& descr = dict_value(dict, "descr", path);
   FP4MOE_CHECK(descr.size() >= 2 && (descr.front() == '\'' || descr.front() == '"'), path,
                ": .npy dtype ", descr, " is not a simple dtype (structured arrays unsupported)");
   a.descr = descr.substr(1, descr.size() - 2);
-  const std::string fortran = dict_value(header, "fortran_order", path);
+  const std::string& fortran = dict_value(dict, "fortran_order", path);
   FP4MOE_CHECK(fortran == "False", path, ": Fortran-ordered .npy arrays are not supported");
-  std::string shape = dict_value(header, "shape", path);
+  const std::string& shape = dict_value(dict, "shape", path);
   FP4MOE_CHECK(shape.size() >= 2 && shape.front() == '(' && shape.back() == ')', path,
                ": malformed .npy shape ", shape);
   std::stringstream ss(shape.substr(1, shape.size() - 2));

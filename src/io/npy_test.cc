@@ -90,6 +90,18 @@ TEST(Npy, LyingHeadersAreClearErrors) {
   EXPECT_NE(e.find("lying.npy: bad .npy dtype '<fx'"), std::string::npos) << e;
   e = npy_error(p, "{'descr': '<f4', 'fortran_order': False, 'shape': (1x, 4), }");
   EXPECT_NE(e.find("malformed .npy shape (1x, 4)"), std::string::npos) << e;
+  e = npy_error(p, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), 'descr': '<f8'}");
+  EXPECT_NE(e.find("malformed .npy header (a key given twice)"), std::string::npos) << e;
+  e = npy_error(p, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2}");
+  EXPECT_NE(e.find("malformed .npy header (a value is not closed)"), std::string::npos) << e;
+  e = npy_error(p, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2)} x");
+  EXPECT_NE(e.find("malformed .npy header (text after the '}')"), std::string::npos) << e;
+  // What numpy's reader (a Python literal) also takes: double quotes, other spacing, no trailing
+  // comma. 2 x 2 float32 of 16 bytes each time.
+  for (const char* dict : {"{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (2, 2)}",
+                           "{ 'descr' : '<f4' , 'fortran_order' : False , 'shape' : ( 2 , 2 ) }",
+                           "{'shape': (2,2), 'fortran_order': False, 'descr': '<f4',}"})
+    EXPECT_EQ(npy_error(p, dict), "no error") << dict;
   std::filesystem::remove(p);
   // Not a regular file: an error, never a blocked open.
   const std::string fifo = (test::temp_dir() / "fifo.npy").string();
