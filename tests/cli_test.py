@@ -44,9 +44,17 @@ check(cs and cs == [l for l in p2.stdout.splitlines() if "checksum" in l], "chec
 expect_one_line_error(run("run", "--tokens", "0", expect_rc=1), "tokens")
 expect_one_line_error(run("run", "--preset", "glm6", expect_rc=1), "preset")
 expect_one_line_error(run("run", "--hidden", "100", expect_rc=1), "multiple of")
-expect_one_line_error(run("bench", "--tokens", "1,x", expect_rc=1), "'x' is not a number")
+expect_one_line_error(run("bench", "--tokens", "1,x", expect_rc=1), "'x' is not a token count")
+expect_one_line_error(run("bench", "--tokens", "+4", expect_rc=1), "'+4' is not a token count")
+expect_one_line_error(run("tune", "--tokens", "1,2,", expect_rc=1), "'' is not a token count")
 expect_one_line_error(run("bench", "--tokens", "1,0", expect_rc=1), "'0' is not a token count")
 expect_one_line_error(run("frobnicate", expect_rc=1), "unknown command 'frobnicate' (commands: info, quantize, run,")
+# Softmax top-k has no expert groups: a preset's go with --routing softmax, typed ones are refused.
+expect_one_line_error(run("run", "--preset", "deepseek-v3", "--routing", "softmax", "--n-group", "8", expect_rc=1),
+                      "softmax top-k routing has no expert groups (n_group = 8, topk_group = 1")
+p = run("run", "--preset", "deepseek-v3", "--routing", "softmax", "--hidden", "64", "--intermediate", "32",
+        "--device", "cpu")
+check("softmax_topk (n_group 1, topk_group 1" in p.stdout, f"--routing softmax kept the preset's groups: {p.stdout}")
 # A shape override given is applied, 0 included: validation names it, never the preset's value.
 expect_one_line_error(run("run", "--experts", "0", expect_rc=1), "number of experts must be > 0")
 expect_one_line_error(run("run", "--top-k", "0", expect_rc=1), "top_k = 0")
@@ -54,8 +62,9 @@ expect_one_line_error(run("run", "--hidden", "0", expect_rc=1), "hidden size mus
 expect_one_line_error(run("run", "--tokens", "100000000", expect_rc=1), "'100000000' is not an integer in [1, 16777216]")
 expect_one_line_error(run("run", "--tokens", "1.5", expect_rc=1), "'1.5' is not an integer in [1, 16777216]")
 expect_one_line_error(run("bench", "--iters", "x", expect_rc=1), "--iters: 'x' is not an integer in [1, 100000]")
-expect_one_line_error(run("run", "--skew", "nan", expect_rc=1), "not a finite number >= 0")
-expect_one_line_error(run("bench", "--skew", "-1", expect_rc=1), "not a finite number >= 0")
+expect_one_line_error(run("run", "--skew", "nan", expect_rc=1), "'nan' is not a finite number in [0, 1000]")
+expect_one_line_error(run("bench", "--skew", "-1", expect_rc=1), "'-1' is not a finite number in [0, 1000]")
+expect_one_line_error(run("run", "--skew", "1e39", expect_rc=1), "--skew: '1e39' is not a finite number in [0, 1000]")
 expect_one_line_error(run("run", "--threads", "-5", expect_rc=1), "--threads")
 # A batch larger than the host's memory fails before the work, with the sizes (no bad_alloc).
 expect_one_line_error(run("run", "--tokens", "16777216", "--device", "cpu", expect_rc=1), "GB of host memory")
@@ -92,6 +101,22 @@ with tempfile.TemporaryDirectory() as d:
     p = run("quantize", "--format", "mxfp4", os.path.join(d, "w.npy"), os.path.join(d, "m"))
     codes = np.load(os.path.join(d, "m.weight.npy"))
     check(codes.shape == (32, 32) and codes.dtype == np.uint8, f"mxfp4 codes {codes.shape}")
+    # An output prefix names files: an empty one or a directory would write hidden .weight.npy files.
+    for prefix in ["", d + "/"]:
+        expect_one_line_error(run("quantize", os.path.join(d, "w.npy"), prefix, expect_rc=1), "not a directory")
+    check(not os.path.exists(os.path.join(d, ".weight.npy")), "quantize wrote a hidden .weight.npy")
+    # cache --file: an existing file; clear removes only a tuning cache's (tuning-*.json).
+    notes = os.path.join(d, "notes.txt")
+    with open(notes, "w") as f:
+        f.write("keep me\n")
+    expect_one_line_error(run("cache", "clear", "--file", notes, expect_rc=1), "not a tuning cache file")
+    check(os.path.exists(notes), "cache clear --file removed a file that is no tuning cache")
+    expect_one_line_error(run("cache", "list", "--file", os.path.join(d, "tuning-none.json"), expect_rc=1),
+                          "cannot stat")
+    # A JSON write that fails only at the close (a full device) is an error, not "wrote".
+    if os.path.exists("/dev/full"):
+        expect_one_line_error(run("bench", "--preset", "glm5-tp8", "--tokens", "1", "--cpu-max-tokens", "0",
+                                  "--json", "/dev/full", expect_rc=1), "/dev/full: write failed")
     np.save(os.path.join(d, "odd.npy"), w[:, :40])
     expect_one_line_error(
         run("quantize", os.path.join(d, "odd.npy"), os.path.join(d, "o"), expect_rc=1),

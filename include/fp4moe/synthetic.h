@@ -39,6 +39,8 @@ std::vector<float> make_hidden_states(int64_t tokens, int64_t hidden, uint64_t s
 
 // Router logits [T, E] with a controllable spread: N(0, 1) per entry, plus, when skew > 0, a
 // per-expert popularity offset skew * N(0, 1) favouring a few experts (skewed routing).
+// skew is in [0, kMaxRoutingSkew].
+inline constexpr double kMaxRoutingSkew = 1000.0;
 std::vector<float> make_router_logits(int64_t tokens, int num_experts, uint64_t seed,
                                       double skew = 0.0);
 

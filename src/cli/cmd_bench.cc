@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unistd.h>
@@ -53,9 +52,9 @@ struct BenchArgs {
 
 // The sweep: the given token counts, or 1, 2, 4, ..., 16384.
 std::vector<int64_t> parse_tokens(const std::string& s) {
-  std::vector<int64_t> v = parse_token_list(s);
-  if (v.empty())
-    for (int64_t t = 1; t <= 16384; t *= 2) v.push_back(t);
+  if (!s.empty()) return parse_token_list(s);
+  std::vector<int64_t> v;
+  for (int64_t t = 1; t <= 16384; t *= 2) v.push_back(t);
   return v;
 }
 
@@ -85,10 +84,7 @@ nlohmann::json cost_json(const LayerCost& c, const Roofline& f) {
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
-  std::ofstream f(path);
-  FP4MOE_CHECK(f.good(), path, ": cannot open for writing");
-  f << j.dump(2) << "\n";
-  FP4MOE_CHECK(f.good(), path, ": write failed");
+  write_text_file(path, j.dump(2) + "\n");  // checked after the close: a full disk shows only then
   std::printf("wrote %s\n", path.c_str());
 }
 
@@ -376,7 +372,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--tokens", a->tokens, "Comma-separated token counts (default 1,2,4,...,16384)");
   cmd->add_option("--seed", a->seed, "Seed of weights, inputs and router")->transform(WholeNumber<uint64_t>());
   cmd->add_option("--skew", a->skew, "Routing skew (0: uniform; 2: a few experts take most tokens)")
-      ->check(FiniteNonNegative);
+      ->check(FiniteRange(0.0, kMaxRoutingSkew));
   cmd->add_flag("--warm-l2", a->warm_l2, "Do not flush the L2 before each timed run");
   cmd->add_flag("--no-graph", a->no_graph, "Time plain launches instead of CUDA-graph replays");
   cmd->add_flag("--no-baseline", a->no_baseline, "Skip the cuBLAS BF16 baseline");

@@ -258,7 +258,7 @@ void register_run(CLI::App& app) {
       ->transform(IntegerIn(1, kMaxTokens));
   cmd->add_option("--seed", args->seed, "Seed of the synthetic weights and inputs")->transform(WholeNumber<uint64_t>());
   cmd->add_option("--threads", args->threads, "CPU threads (0: all)")->transform(IntegerIn(0, 4096));
-  cmd->add_option("--skew", args->skew, "Routing skew: >0 favours a few experts")->check(FiniteNonNegative);
+  cmd->add_option("--skew", args->skew, "Routing skew: >0 favours a few experts")->check(FiniteRange(0.0, kMaxRoutingSkew));
   cmd->add_option("--device", args->device, "auto (GPU if present), gpu, or cpu (the float64 reference)")
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
   cmd->add_flag("--compare-reference", args->compare, "Check the GPU output against the CPU reference");

@@ -201,6 +201,11 @@ void run_tune(const TuneArgs& a) {
 #endif
 }
 
+// The tuner's files are named tuning-<version>-sm_<N>.json (TuningCache::file_for).
+bool is_cache_file_name(const std::filesystem::path& p) {
+  return p.extension() == ".json" && p.filename().string().rfind("tuning-", 0) == 0;
+}
+
 struct CacheArgs {
   std::string action;
   std::string file;
@@ -211,10 +216,16 @@ void run_cache(const CacheArgs& a) {
   const std::string dir = TuningCache::directory();
   std::vector<std::string> files;
   if (a.file.empty() && a.action != "path") require_cache_directory();
-  if (!a.file.empty()) files = {a.file};
-  else if (fs::is_directory(dir))
+  if (!a.file.empty()) {
+    // A path given is a cache file, never anything else: `clear` removes it, so it must be named
+    // as the tuner names its files, and every action needs it to exist.
+    require_regular_file(a.file);
+    FP4MOE_CHECK(a.action != "clear" || is_cache_file_name(fs::path(a.file)), "--file ", a.file,
+                 ": not a tuning cache file (tuning-*.json); clear removes only those");
+    files = {a.file};
+  } else if (fs::is_directory(dir))
     for (const auto& e : fs::directory_iterator(dir))
-      if (e.path().extension() == ".json" && e.path().filename().string().rfind("tuning-", 0) == 0)
+      if (is_cache_file_name(e.path()))
         files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
   if (a.action == "path") {

@@ -1,7 +1,7 @@
 #include "cli/shape_options.h"
 
-#include <sstream>
-#include <stdexcept>
+#include <algorithm>
+#include <optional>
 
 #include "cli/validators.h"
 #include "fp4moe/error.h"
@@ -41,6 +41,12 @@ MoeConfig ShapeArgs::resolve() const {
   if (topk_group) { c.routing.topk_group = *topk_group; custom = true; }
   if (!routing.empty()) {
     c.routing.mode = routing == "softmax" ? RoutingMode::kSoftmaxTopK : RoutingMode::kSigmoidNoAuxTc;
+    // A preset's groups belong to its noaux_tc routing; softmax has none. Groups typed with
+    // --routing softmax stay, for validate() to refuse by name.
+    if (c.routing.mode == RoutingMode::kSoftmaxTopK) {
+      if (!n_group) c.routing.n_group = 1;
+      if (!topk_group) c.routing.topk_group = 1;
+    }
     custom = true;
   }
   if (custom) c.name = preset + "+custom";
@@ -49,21 +55,20 @@ MoeConfig ShapeArgs::resolve() const {
 }
 
 std::vector<int64_t> parse_token_list(const std::string& s) {
+  // Each item a decimal count as --tokens of `run` takes it: no sign, no spaces, no empty item
+  // (a trailing comma included), none out of range.
   std::vector<int64_t> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    try {
-      size_t pos = 0;
-      const long long t = std::stoll(item, &pos);
-      FP4MOE_CHECK(pos == item.size() && t >= 1 && t <= kMaxTokens, "--tokens: '", item,
-                   "' is not a token count in [1, ", kMaxTokens, "]");
-      v.push_back(t);
-    } catch (const std::logic_error&) {
-      FP4MOE_FAIL("--tokens: '", item, "' is not a number");
-    }
+  size_t begin = 0;
+  for (;;) {
+    const size_t end = std::min(s.find(',', begin), s.size());
+    const std::string item = s.substr(begin, end - begin);
+    const std::optional<int64_t> t = item.empty() || item[0] == '+' ? std::nullopt : whole_number_of<int64_t>(item);
+    FP4MOE_CHECK(t && *t >= 1 && *t <= kMaxTokens, "--tokens: '", item, "' is not a token count in [1, ", kMaxTokens,
+                 "]");
+    v.push_back(*t);
+    if (end == s.size()) break;
+    begin = end + 1;
   }
-  FP4MOE_CHECK(!v.empty() || s.empty(), "--tokens: empty list");
   return v;
 }
 

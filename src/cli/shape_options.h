@@ -27,8 +27,9 @@ struct ShapeArgs {
 // The largest batch a command takes (the GPU layer's limit too).
 inline constexpr int64_t kMaxTokens = int64_t{1} << 24;
 
-// "1,16,64" -> {1, 16, 64}; every item a whole number in [1, kMaxTokens], else a one-line error
-// naming the item. An empty string gives an empty list (the caller's default).
+// "1,16,64" -> {1, 16, 64}; every item a decimal whole number in [1, kMaxTokens], else a one-line
+// error naming the item (an empty item, a trailing comma's included). The callers take their
+// default for an empty string before.
 std::vector<int64_t> parse_token_list(const std::string& s);
 
 }  // namespace fp4moe::cli

@@ -1,6 +1,7 @@
 // CLI11 checks with one-line messages of our own where CLI11's read badly: its
 // NonNegativeNumber prints the range's upper end as a 300-digit double and, being a range
-// comparison, lets NaN through; its integer conversions wrap a negative unsigned and saturate.
+// comparison, lets NaN through; its integer conversions wrap a negative unsigned and saturate,
+// and read "010" as octal.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -25,15 +26,6 @@ inline std::optional<double> number_of(const std::string& text) {
   if (end != text.c_str() + text.size()) return std::nullopt;
   return v;
 }
-
-// A finite number >= 0 (a skew, a duration).
-inline const CLI::Validator FiniteNonNegative(
-    [](std::string& text) -> std::string {
-      const std::optional<double> v = number_of(text);
-      if (!v) return "'" + text + "' is not a number";
-      return std::isfinite(*v) && *v >= 0 ? std::string{} : "'" + text + "' is not a finite number >= 0";
-    },
-    "FINITE >= 0");
 
 inline std::string number_text(double v) {
   std::ostringstream o;

@@ -209,10 +209,16 @@ ModelInfo read_model_info(const Checkpoint& ckpt) {
     m.routing.mode = RoutingMode::kSigmoidNoAuxTc;
   } else {
     FP4MOE_CHECK(scoring == "softmax", cfg_label, ": scoring_func '", scoring, "' is not supported (sigmoid, softmax)");
+    FP4MOE_CHECK(topk_method.empty() || topk_method == "greedy", cfg_label, ": topk_method '", topk_method,
+                 "' with softmax scoring is not supported (greedy is)");
     m.routing.mode = RoutingMode::kSoftmaxTopK;
   }
-  m.routing.n_group = field_or<int>(c, "n_group", 1, cfg_label);
-  m.routing.topk_group = field_or<int>(c, "topk_group", 1, cfg_label);
+  // Greedy softmax top-k ignores n_group and topk_group where a config carries them (as the
+  // modeling code does); noaux_tc reads them.
+  if (m.routing.mode == RoutingMode::kSigmoidNoAuxTc) {
+    m.routing.n_group = field_or<int>(c, "n_group", 1, cfg_label);
+    m.routing.topk_group = field_or<int>(c, "topk_group", 1, cfg_label);
+  }
   m.routing.norm_topk_prob = field_or<bool>(c, "norm_topk_prob", true, cfg_label);
   m.routing.routed_scaling_factor = field_or<float>(c, "routed_scaling_factor", 1.0f, cfg_label);
   info.num_layers = field<int>(c, "num_hidden_layers", cfg_label);

@@ -166,7 +166,10 @@ TEST(ModelOpt, BadCheckpointsAreClearErrors) {
            {"\"n_routed_experts\": 12", "\"n_routed_experts\": 12.9", "field 'n_routed_experts' is not an integer"},
            {"\"n_routed_experts\": 12", "\"n_routed_experts\": 4294967308", "'n_routed_experts' = 4294967308 is out of range"},
            {"\"hidden_size\": 256", "\"hidden_size\": 1180591620717411303424", "field 'hidden_size' is not an integer"},
-           {"\"norm_topk_prob\": true", "\"norm_topk_prob\": 1", "field 'norm_topk_prob' is not true or false"}}) {
+           {"\"norm_topk_prob\": true", "\"norm_topk_prob\": 1", "field 'norm_topk_prob' is not true or false"},
+           // softmax's top-k method is greedy; noaux_tc (or DeepSeek-V2's group_limited_greedy) with it is refused
+           {"\"scoring_func\": \"sigmoid\"", "\"scoring_func\": \"softmax\"",
+            "topk_method 'noaux_tc' with softmax scoring is not supported (greedy is)"}}) {
     const size_t at = config_text.find(from);
     ASSERT_NE(at, std::string::npos) << from;
     std::string bad = config_text;

@@ -50,6 +50,11 @@ void MoeConfig::validate() const {
   FP4MOE_CHECK(r.top_k <= r.topk_group * (num_experts / r.n_group), "MoE config '", name,
                "': top_k = ", r.top_k, " exceeds the experts in the ", r.topk_group,
                " selected groups");
+  // Groups are noaux_tc's: softmax top-k has none, and a config that gives them would be routed
+  // as if it had not (DeepSeek-V2's softmax group_limited_greedy is not implemented).
+  FP4MOE_CHECK(r.mode == RoutingMode::kSigmoidNoAuxTc || (r.n_group == 1 && r.topk_group == 1), "MoE config '",
+               name, "': softmax top-k routing has no expert groups (n_group = ", r.n_group,
+               ", topk_group = ", r.topk_group, "; both must be 1)");
   if (r.mode == RoutingMode::kSigmoidNoAuxTc && r.n_group > 1) {
     FP4MOE_CHECK(num_experts / r.n_group >= 2, "MoE config '", name,
                  "': noaux_tc group scores need at least 2 experts per group");

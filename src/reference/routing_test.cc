@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "fp4moe/error.h"
 #include "fp4moe/moe.h"
@@ -103,6 +104,19 @@ TEST(MoeConfigTest, PresetsAndValidation) {
   bad = g;
   bad.routing.top_k = 300;
   EXPECT_THROW(bad.validate(), Error);
+  // Softmax top-k has no groups: a config with them would be routed as if it had none.
+  bad = MoeConfig::deepseek_v3();
+  bad.routing.mode = RoutingMode::kSoftmaxTopK;
+  try {
+    bad.validate();
+    ADD_FAILURE() << "softmax with n_group 8 validated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("softmax top-k routing has no expert groups (n_group = 8, topk_group = 4"),
+              std::string::npos)
+        << e.what();
+  }
+  bad.routing.n_group = bad.routing.topk_group = 1;
+  EXPECT_NO_THROW(bad.validate());
 }
 
 }  // namespace

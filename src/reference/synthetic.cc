@@ -96,7 +96,10 @@ std::vector<float> make_hidden_states(int64_t tokens, int64_t hidden, uint64_t s
 }
 
 std::vector<float> make_router_logits(int64_t tokens, int num_experts, uint64_t seed, double skew) {
-  FP4MOE_CHECK(std::isfinite(skew) && skew >= 0, "router logits: skew must be finite and >= 0, got ", skew);
+  // 2 already sends most tokens to a few experts; the bound keeps every logit a finite float
+  // (skew * N(0, 1) cast to float overflowed to -inf from ~1e38).
+  FP4MOE_CHECK(std::isfinite(skew) && skew >= 0 && skew <= kMaxRoutingSkew, "router logits: skew must be in [0, ",
+               kMaxRoutingSkew, "], got ", skew);
   FP4MOE_CHECK(num_experts >= 1, "router logits: number of experts must be >= 1, got ", num_experts);
   const int64_t n = checked_size(tokens, num_experts, "router logits");
   Rng pop(seed, 0x504F50ull);  // per-expert popularity
