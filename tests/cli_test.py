@@ -89,6 +89,13 @@ expect_one_line_error(run("bench", "--tokens", "1", "--json", "/nonexistent/dir/
 expect_one_line_error(run("run", "--checkpoint", "/tmp", "--layer", "0", "--experts", "16", expect_rc=1),
                       "excludes")
 expect_one_line_error(run("run", "--input", "/tmp/x.npy", "-t", "5", expect_rc=1), "excludes")
+# A report that could not be written is a failure (stdout on a full device).
+if os.path.exists("/dev/full"):
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([FP4MOE, "tactics", "--gpu", "h200", "--json"], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+    check(p.returncode == 1 and p.stderr.strip() == "fp4moe: error: writing to standard output failed",
+          f"tactics --json > /dev/full: rc {p.returncode}, {p.stderr!r}")
 # A tactic is checked where it is given, GPU or not.
 expect_one_line_error(run("bench", "--tokens", "1", "--fc1", "garbage", expect_rc=1), "garbage")
 

@@ -61,5 +61,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fp4moe: error: %s\n", fp4moe::cli::printable(e.what()).c_str());
     return 1;
   }
+  // What the command printed may still sit in stdout's buffer: a full disk or a closed pipe shows
+  // only when it is flushed, and a report that did not arrive is no success.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "fp4moe: error: writing to standard output failed\n");
+    return 1;
+  }
   return 0;
 }
