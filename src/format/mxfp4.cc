@@ -57,7 +57,7 @@ void check_holds_shape(const Mxfp4Matrix& m, const char* what) {
 double value_of(const Mxfp4Matrix& m, int64_t r, int64_t c) {
   const double e = e2m1_to_float(fp4_code_at(m.data.data(), r * m.cols + c));
   const uint8_t s = m.block_scales[r * (m.cols / kMxfp4BlockSize) + c / kMxfp4BlockSize];
-  return std::ldexp(e, static_cast<int>(s) - 127);
+  return e * ue8m0_to_float(s);  // a NaN scale (0xff) gives NaN, as the scale's own decode does
 }
 }  // namespace
 

@@ -122,6 +122,8 @@ TEST(Nvfp4, MatricesWhoseBuffersDoNotFitTheirShapeAreRejected) {
   EXPECT_THROW(mx.value(0, 32), Error);
   mx.block_scales[2] = 0xFF;  // NaN
   EXPECT_THROW(mx.dequantize(), Error);
+  EXPECT_TRUE(std::isnan(mx.value(2, 0))) << "row 2's block read with a NaN scale";  // not 2^128 x the code
+  EXPECT_FALSE(std::isnan(mx.value(1, 0)));
   mx.block_scales[2] = 127;
   mx.data.resize(16);
   EXPECT_THROW(mx.value(3, 31), Error);

@@ -66,6 +66,7 @@ Tactic prefill_tactic(const MoeConfig& cfg, double mean, Epilogue ep) {
 }  // namespace
 
 ModelOptions gemm_model_options(const MoeConfig& cfg, int64_t tokens, Epilogue ep) {
+  cfg.validate();  // its widths are within 2^20, so K below is the config's, not a wrapped int
   ModelOptions mo;
   mo.experts = cfg.num_experts + (cfg.has_shared_expert() ? 1 : 0);
   mo.tokens = static_cast<int>(std::min<int64_t>(tokens, int64_t{1} << 24));  // forward()'s limit

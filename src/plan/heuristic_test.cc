@@ -75,6 +75,10 @@ TEST(Heuristic, EveryEntryPointRejectsBadInput) {
   many.num_experts = INT32_MAX;  // E + 1 would overflow where the scheduler state is sized
   many.routing.top_k = 1;
   EXPECT_THROW(heuristic_plan(many, 1, h200), Error);
+  // A width past 2^20 is refused, not narrowed to int (2^32 + 6144 would have modelled K = 6144).
+  MoeConfig wide = MoeConfig::glm5();
+  wide.hidden = (int64_t{1} << 32) + 6144;
+  EXPECT_THROW(gemm_model_options(wide, 1, Epilogue::kSwiglu), Error);
 }
 
 TEST(Heuristic, PlansOnTheH200) {

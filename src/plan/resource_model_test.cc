@@ -174,6 +174,11 @@ TEST(ResourceModel, RejectsTacticsAndOptionsOutsideTheirRanges) {
   Tactic odd_k = gemv;
   odd_k.tile_k = 24;
   EXPECT_THROW(model_resources(odd_k, h200, DataType::kNvfp4), Error);
+  // An epilogue past the three: it would not survive encode/decode (its bits spill into split-K).
+  Tactic bad_epilogue = gemv;
+  bad_epilogue.epilogue = static_cast<Epilogue>(8);
+  EXPECT_EQ(tactic_range_error(bad_epilogue), "unknown epilogue");
+  EXPECT_THROW(model_resources(bad_epilogue, h200, DataType::kNvfp4), Error);
   EXPECT_THROW(model_resources(cutlass(Family::kCutlassSm120, 0, 0, -1216, Epilogue::kFinalize, false), pro,
                                DataType::kNvfp4),
                Error);

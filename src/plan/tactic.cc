@@ -57,6 +57,9 @@ std::string format_tactic(const Tactic& t) {
 std::string tactic_range_error(const Tactic& t) {
   if (static_cast<int>(t.family) < 0 || static_cast<int>(t.family) > static_cast<int>(Family::kW4a16Fused))
     return "unknown family";
+  // (an epilogue past the three would also spill into split-K's bits where it is packed)
+  if (static_cast<int>(t.epilogue) < 0 || static_cast<int>(t.epilogue) > static_cast<int>(Epilogue::kFinalize))
+    return "unknown epilogue";
   if (!(t.tile_rows > 0 && t.tile_tokens > 0 && t.tile_k > 0 && t.stages >= 0 && t.warps >= 0 && t.split_k > 0))
     return "sizes must be positive";
   // The ranges encode_tactic packs (so that decode_tactic(encode_tactic(t)) == t), K in whole

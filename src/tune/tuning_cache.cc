@@ -247,6 +247,14 @@ int TuningCache::foreign_entries(const CacheIdentity& id) const {
 }
 
 void TuningCache::put(const CacheEntry& e) {
+  // Only what load() would read back: an entry it skipped as malformed (a NaN time, a winner of
+  // another epilogue, a tactic out of its ranges) would be a result lost without a word.
+  try {
+    from_json(to_json(e));
+  } catch (const std::exception& ex) {
+    FP4MOE_FAIL("tuning cache: the entry for ", describe(e.gemm), " T=", e.bucket, " is not one a cache can hold (",
+                ex.what(), ")");
+  }
   for (auto& x : entries_)
     if (same_slot(x, e)) {
       x = e;

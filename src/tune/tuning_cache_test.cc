@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "fp4moe/error.h"
 #include "fp4moe/version.h"
 #include "support/oracle.h"
 
@@ -153,6 +155,22 @@ TEST(TuningCache, ImpossibleEntriesAndOddPathsAreReportedAndIgnored) {
     w.clear();
     EXPECT_TRUE(TuningCache::load(path, &w).entries().empty()) << to;
     EXPECT_EQ(w.size(), 1u) << to;
+  }
+  // Nor is such an entry written: what load() would skip is refused with the reason, and the
+  // file keeps what it held.
+  std::ofstream(path, std::ios::trunc) << good;
+  CacheEntry nan_time = entry(8, 8), other_epilogue = entry(8, 8), odd_k = entry(8, 8);
+  nan_time.time_us = std::nan("");
+  other_epilogue.winner.epilogue = Epilogue::kFinalize;
+  odd_k.winner.tile_k = 100;
+  for (const CacheEntry& bad : {nan_time, other_epilogue, odd_k}) {
+    try {
+      TuningCache::merge_into_file(path, {bad});
+      ADD_FAILURE() << "an entry load() would skip was written";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is not one a cache can hold"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(TuningCache::load(path).entries().size(), 1u);
   }
   const std::string fifo = fresh("cache_fifo.json");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
