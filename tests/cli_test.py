@@ -89,6 +89,20 @@ expect_one_line_error(run("bench", "--tokens", "1", "--json", "/nonexistent/dir/
 expect_one_line_error(run("run", "--checkpoint", "/tmp", "--layer", "0", "--experts", "16", expect_rc=1),
                       "excludes")
 expect_one_line_error(run("run", "--input", "/tmp/x.npy", "-t", "5", expect_rc=1), "excludes")
+# Options that would be ignored are refused: an output dtype without an output, replays to time
+# where no GPU runs, an empty path (read as not given), a cache file for `cache path`.
+expect_one_line_error(run("run", "--output-dtype", "bf16", expect_rc=1), "--output-dtype requires --output")
+expect_one_line_error(run("run", "--preset", "glm5-tp8", "--device", "cpu", "--iters", "5", expect_rc=1),
+                      "--iters times the GPU's graph replays; there is no GPU run here")
+for option in [("run", "--output"), ("run", "--input"), ("bench", "--json"), ("tune", "--json")]:
+    expect_one_line_error(run(*option, "", expect_rc=1), f"{option[1]}: an empty path")
+expect_one_line_error(run("cache", "path", "--file", "x.json", expect_rc=1), "--file goes with list, show or clear")
+# tactics: names checked before the table; a family without the epilogue says so.
+p = run("tactics", "--gpu", "h200", "--family", "bogus", expect_rc=1)
+check(p.stdout == "", f"tactics printed before refusing --family bogus: {p.stdout[:200]}")
+p = run("tactics", "--gpu", "h200", "--family", "w4a16_fused", "--epilogue", "none")
+check("w4a16_fused: no tactics with epilogue none" in p.stdout and ":swiglu" not in p.stdout,
+      f"tactics --family w4a16_fused --epilogue none: {p.stdout[:300]}")
 # A report that could not be written is a failure (stdout on a full device).
 if os.path.exists("/dev/full"):
     with open("/dev/full", "w") as full:

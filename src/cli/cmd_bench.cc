@@ -380,7 +380,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--warmup", a->warmup, "Untimed runs first")->transform(IntegerIn(0, 100000));
   cmd->add_option("--warmup-ms", a->warmup_ms, "Untimed runs for at least this long too: 50-100 ms puts the decode sizes under the power cap, as a long run does")
       ->check(FiniteRange(0.0, 60000.0));
-  cmd->add_option("--json", a->json, "Write the results as JSON (schema fp4moe-bench/1)");
+  cmd->add_option("--json", a->json, "Write the results as JSON (schema fp4moe-bench/1)")->check(NonEmptyPath);
   cmd->add_option("--gpu", a->gpu, "Without a GPU: the table GPU whose datasheet gives the floors");
   cmd->add_option("--fc1", a->fc1, "Fixed FC1 tactic (e.g. w4a16_mma:m128n8k256:s4:w8:sk1:swiglu)");
   cmd->add_option("--fc2", a->fc2, "Fixed FC2 tactic (epilogue finalize)");

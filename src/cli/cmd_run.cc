@@ -35,6 +35,7 @@ struct RunArgs {
   std::string device = "auto";
   bool compare = false;
   int iters = 20;
+  bool iters_given = false;  // --iters typed: refused where no GPU runs (it would be ignored)
   std::string checkpoint, input, output, output_dtype = "f32";
   int layer = -1;
 };
@@ -127,6 +128,7 @@ void run_layer(const RunArgs& a) {
     std::fprintf(stderr, "fp4moe: note: %s; running the CPU reference instead\n", support.why.c_str());
   const bool use_gpu = a.device != "cpu" && support.runs;
   FP4MOE_CHECK(!a.compare || use_gpu, "--compare-reference compares the GPU output; there is no GPU run here");
+  FP4MOE_CHECK(!a.iters_given || use_gpu, "--iters times the GPU's graph replays; there is no GPU run here");
 
   // ---- the layer: a checkpoint's, or seeded random weights of a preset shape ---------------
   MoeWeights w;
@@ -262,10 +264,12 @@ void register_run(CLI::App& app) {
   cmd->add_option("--device", args->device, "auto (GPU if present), gpu, or cpu (the float64 reference)")
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
   cmd->add_flag("--compare-reference", args->compare, "Check the GPU output against the CPU reference");
-  cmd->add_option("--checkpoint", args->checkpoint, "A ModelOpt NVFP4 checkpoint directory (instead of --preset)");
+  cmd->add_option("--checkpoint", args->checkpoint, "A ModelOpt NVFP4 checkpoint directory (instead of --preset)")
+      ->check(NonEmptyPath);
   cmd->add_option("--layer", args->layer, "With --checkpoint: the MoE layer to run")->transform(IntegerIn(0, 1 << 20));
-  cmd->add_option("--input", args->input, "Hidden states [T, H] (.npy: f32, f16, f64 or bf16 as <V2); sets T");
-  cmd->add_option("--output", args->output, "Write the output [T, H] (.npy)");
+  cmd->add_option("--input", args->input, "Hidden states [T, H] (.npy: f32, f16, f64 or bf16 as <V2); sets T")
+      ->check(NonEmptyPath);
+  cmd->add_option("--output", args->output, "Write the output [T, H] (.npy)")->check(NonEmptyPath);
   cmd->add_option("--output-dtype", args->output_dtype, "f32 or bf16 (<V2, as ml_dtypes.bfloat16 saves)")
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--iters", args->iters, "GPU: timed CUDA-graph replays (median)")->transform(IntegerIn(1, 100000));
@@ -274,7 +278,9 @@ void register_run(CLI::App& app) {
                             "--n-group", "--topk-group", "--routing"})
     cmd->get_option("--checkpoint")->excludes(cmd->get_option(shape));
   cmd->get_option("--input")->excludes(cmd->get_option("--tokens"));
-  cmd->callback([args] {
+  cmd->get_option("--output-dtype")->needs(cmd->get_option("--output"));
+  cmd->callback([args, cmd] {
+    args->iters_given = cmd->count("--iters") > 0;
     require_writable_path(args->output, "--output");
     FP4MOE_CHECK(args->checkpoint.empty() == (args->layer < 0),
                  args->checkpoint.empty() ? "--layer needs --checkpoint" : "--checkpoint needs --layer N");

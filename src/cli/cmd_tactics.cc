@@ -84,8 +84,14 @@ void run_tactics(const TacticsArgs& a) {
     std::vector<Epilogue> eps = {ep};
     if ((f == Family::kW4a16Mma || f == Family::kW4a16Gemv) && ep == Epilogue::kFinalize)
       eps = {Epilogue::kSwiglu, Epilogue::kFinalize};
-    // One w4a16_fused kernel is the whole layer: listed once, under FC1's name.
-    if (f == Family::kW4a16Fused) eps = {Epilogue::kSwiglu};
+    // One w4a16_fused kernel is the whole layer: listed once, under FC1's name (it has no none).
+    if (f == Family::kW4a16Fused) eps = ep == Epilogue::kNone ? std::vector<Epilogue>{} : std::vector{Epilogue::kSwiglu};
+    size_t listed = 0;
+    for (Epilogue e : eps) listed += listed_tactics(f, e).size();
+    if (listed == 0) {  // (w4a16_wgmma, w4a16_gemv and w4a16_fused have no epilogue none)
+      if (!a.json) std::printf("%s: no tactics with epilogue %s\n\n", to_string(f), a.epilogue.c_str());
+      continue;
+    }
     if (!a.json) {
       std::printf("%-56s %8s %6s %8s %8s %8s %8s  %-8s %s\n", "tactic", "B/stage", "stages", "epilogue",
                   "kernel", "total", "limit", "verdict", "reason");
@@ -143,9 +149,13 @@ void register_tactics(CLI::App& app) {
   auto a = std::make_shared<TacticsArgs>();
   auto* cmd = app.add_subcommand("tactics", "Shared-memory model of each tactic on a GPU: fits or not, and why");
   cmd->add_option("--gpu", a->gpu, "GPU: a table name (h100, h200, b200, rtx-pro-6000, rtx-5090, gb10) or current[:N]");
+  // Checked as parsed, so that a bad name is refused before any of the table is printed.
   cmd->add_option("--family", a->family,
-                  "w4a16_mma, w4a16_wgmma, w4a16_gemv, w4a16_fused, cutlass_sm120, cutlass_sm100, or all");
-  cmd->add_option("--epilogue", a->epilogue, "finalize, none or swiglu");
+                  "w4a16_mma, w4a16_wgmma, w4a16_gemv, w4a16_fused, cutlass_sm120, cutlass_sm100, or all")
+      ->check(CLI::IsMember({"w4a16_mma", "w4a16_wgmma", "w4a16_gemv", "w4a16_fused", "cutlass_sm120", "cutlass_sm100",
+                             "all"}));
+  cmd->add_option("--epilogue", a->epilogue, "finalize, none or swiglu")
+      ->check(CLI::IsMember({"finalize", "none", "swiglu"}));
   cmd->add_option("--dtype", a->dtype, "Operand type: nvfp4, mxfp4, bf16")->check(CLI::IsMember({"nvfp4", "mxfp4", "bf16"}));
   cmd->add_option("--experts", a->experts, "Groups of the grouped GEMM (w4a16_mma scheduler state)")->transform(IntegerIn(1, 1025));
   cmd->add_option("--tokens", a->tokens, "w4a16_gemv: tokens of the batch it stages")->transform(IntegerIn(1, 8));

@@ -215,6 +215,7 @@ void run_cache(const CacheArgs& a) {
   namespace fs = std::filesystem;
   const std::string dir = TuningCache::directory();
   std::vector<std::string> files;
+  FP4MOE_CHECK(a.file.empty() || a.action != "path", "cache path: --file goes with list, show or clear");
   if (a.file.empty() && a.action != "path") require_cache_directory();
   if (!a.file.empty()) {
     // A path given is a cache file, never anything else: `clear` removes it, so it must be named
@@ -296,13 +297,14 @@ void register_tune(CLI::App& app) {
                "Do not time the GEMMs' leading tactics together as whole plans where FC1 kept the heuristic's "
                "tactic over a faster one (the pairs)");
   cmd->add_option("--seed", a->seed, "Seed of the synthetic weights and batches")->transform(WholeNumber<uint64_t>());
-  cmd->add_option("--json", a->json, "Also write every timed and rejected tactic as JSON");
+  cmd->add_option("--json", a->json, "Also write every timed and rejected tactic as JSON")->check(NonEmptyPath);
   cmd->callback([a] { run_tune(*a); });
 
   auto c = std::make_shared<CacheArgs>();
   auto* cc = app.add_subcommand("cache", "The tuning cache: path, list, show or clear");
   cc->add_option("action", c->action, "path | list | show | clear")->required()->check(CLI::IsMember({"path", "list", "show", "clear"}));
-  cc->add_option("--file", c->file, "A cache file instead of every file in the cache directory");
+  cc->add_option("--file", c->file, "list, show, clear: a cache file instead of every file in the cache directory")
+      ->check(NonEmptyPath);
   cc->callback([c] { run_cache(*c); });
 }
 

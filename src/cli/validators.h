@@ -33,6 +33,10 @@ inline std::string number_text(double v) {
   return o.str();
 }
 
+// A path: "" would read as the option not given (an output silently not written).
+inline const CLI::Validator NonEmptyPath(
+    [](std::string& text) -> std::string { return text.empty() ? "an empty path" : std::string{}; }, "PATH");
+
 // A finite number in [lo, hi] (a duration, a margin): CLI::Range compares, and NaN compares false
 // both ways, so it passes there.
 inline CLI::Validator FiniteRange(double lo, double hi) {
