@@ -41,14 +41,17 @@ cs = [line for line in p1.stdout.splitlines() if "checksum" in line]
 check(cs and cs == [l for l in p2.stdout.splitlines() if "checksum" in l], "checksum differs")
 
 # bad input: one line on stderr, non-zero exit, no crash
-expect_one_line_error(run("run", "--tokens", "0", expect_rc=1), "tokens")
-expect_one_line_error(run("run", "--preset", "glm6", expect_rc=1), "preset")
-expect_one_line_error(run("run", "--hidden", "100", expect_rc=1), "multiple of")
-expect_one_line_error(run("bench", "--tokens", "1,x", expect_rc=1), "'x' is not a token count")
-expect_one_line_error(run("bench", "--tokens", "+4", expect_rc=1), "'+4' is not a token count")
-expect_one_line_error(run("tune", "--tokens", "1,2,", expect_rc=1), "'' is not a token count")
-expect_one_line_error(run("bench", "--tokens", "1,0", expect_rc=1), "'0' is not a token count")
-expect_one_line_error(run("frobnicate", expect_rc=1), "unknown command 'frobnicate' (commands: info, quantize, run,")
+for args, needle in [
+        (("run", "--tokens", "0"), "tokens"),
+        (("run", "--preset", "glm6"), "preset"),
+        (("run", "--hidden", "100"), "multiple of"),
+        (("bench", "--tokens", "1,x"), "'x' is not a token count"),
+        (("bench", "--tokens", "+4"), "'+4' is not a token count"),
+        (("tune", "--tokens", "1,2,"), "'' is not a token count"),
+        (("bench", "--tokens", "1,0"), "'0' is not a token count"),
+        (("frobnicate",), "unknown command 'frobnicate' (commands: info, quantize, run,"),
+]:
+    expect_one_line_error(run(*args, expect_rc=1), needle)
 # Softmax top-k has no expert groups: a preset's go with --routing softmax, typed ones are refused.
 expect_one_line_error(run("run", "--preset", "deepseek-v3", "--routing", "softmax", "--n-group", "8", expect_rc=1),
                       "softmax top-k routing has no expert groups (n_group = 8, topk_group = 1")
@@ -56,31 +59,40 @@ p = run("run", "--preset", "deepseek-v3", "--routing", "softmax", "--hidden", "6
         "--device", "cpu")
 check("softmax_topk (n_group 1, topk_group 1" in p.stdout, f"--routing softmax kept the preset's groups: {p.stdout}")
 # A shape override given is applied, 0 included: validation names it, never the preset's value.
-expect_one_line_error(run("run", "--experts", "0", expect_rc=1), "number of experts must be > 0")
-expect_one_line_error(run("run", "--top-k", "0", expect_rc=1), "top_k = 0")
-expect_one_line_error(run("run", "--hidden", "0", expect_rc=1), "hidden size must be > 0")
-expect_one_line_error(run("run", "--tokens", "100000000", expect_rc=1), "'100000000' is not an integer in [1, 16777216]")
-expect_one_line_error(run("run", "--tokens", "1.5", expect_rc=1), "'1.5' is not an integer in [1, 16777216]")
-expect_one_line_error(run("bench", "--iters", "x", expect_rc=1), "--iters: 'x' is not an integer in [1, 100000]")
-expect_one_line_error(run("run", "--skew", "nan", expect_rc=1), "'nan' is not a finite number in [0, 1000]")
-expect_one_line_error(run("bench", "--skew", "-1", expect_rc=1), "'-1' is not a finite number in [0, 1000]")
-expect_one_line_error(run("run", "--skew", "1e39", expect_rc=1), "--skew: '1e39' is not a finite number in [0, 1000]")
-expect_one_line_error(run("run", "--threads", "-5", expect_rc=1), "--threads")
+for args, needle in [
+        (("run", "--experts", "0"), "number of experts must be > 0"),
+        (("run", "--top-k", "0"), "top_k = 0"),
+        (("run", "--hidden", "0"), "hidden size must be > 0"),
+        (("run", "--tokens", "100000000"), "'100000000' is not an integer in [1, 16777216]"),
+        (("run", "--tokens", "1.5"), "'1.5' is not an integer in [1, 16777216]"),
+        (("bench", "--iters", "x"), "--iters: 'x' is not an integer in [1, 100000]"),
+        (("run", "--skew", "nan"), "'nan' is not a finite number in [0, 1000]"),
+        (("bench", "--skew", "-1"), "'-1' is not a finite number in [0, 1000]"),
+        (("run", "--skew", "1e39"), "--skew: '1e39' is not a finite number in [0, 1000]"),
+        (("run", "--threads", "-5"), "--threads"),
+]:
+    expect_one_line_error(run(*args, expect_rc=1), needle)
 # A batch larger than the host's memory fails before the work, with the sizes (no bad_alloc).
 expect_one_line_error(run("run", "--tokens", "16777216", "--device", "cpu", expect_rc=1), "GB of host memory")
 # Tensor parallel: refused splits and options, before any GPU or NCCL is needed.
-expect_one_line_error(run("bench", "--preset", "glm5-tp8", "--tp", "32", expect_rc=1), "multiples of 16")
-expect_one_line_error(run("bench", "--tp", "2", "--json", "/tmp/x.json", expect_rc=1), "--tp takes")
-expect_one_line_error(run("bench", "--tp", "1", expect_rc=1), "--tp")
-expect_one_line_error(run("quantize", "/nonexistent.npy", "/tmp/x", expect_rc=1), "cannot open")
+for args, needle in [
+        (("bench", "--preset", "glm5-tp8", "--tp", "32"), "multiples of 16"),
+        (("bench", "--tp", "2", "--json", "/tmp/x.json"), "--tp takes"),
+        (("bench", "--tp", "1"), "--tp"),
+        (("quantize", "/nonexistent.npy", "/tmp/x"), "cannot open"),
+]:
+    expect_one_line_error(run(*args, expect_rc=1), needle)
 # Numbers as typed: no wrapped seed, no saturated width, no NaN through a range, K a multiple of 16.
 expect_one_line_error(run("run", "--seed", "-1", expect_rc=1), "'-1' is not an integer")
 expect_one_line_error(run("run", "--hidden", "99999999999999999999999", expect_rc=1),
                       "'99999999999999999999999' is not an integer")
-expect_one_line_error(run("run", "--hidden", str(1 << 30), expect_rc=1), "exceeds 2^20")
-expect_one_line_error(run("bench", "--warmup-ms", "nan", expect_rc=1), "'nan' is not a finite number")
-expect_one_line_error(run("tune", "--margin", "nan", expect_rc=1), "'nan' is not a finite number")
-expect_one_line_error(run("tactics", "--k", "17", expect_rc=1), "not a multiple of the NVFP4 block size 16")
+for args, needle in [
+        (("run", "--hidden", str(1 << 30)), "exceeds 2^20"),
+        (("bench", "--warmup-ms", "nan"), "'nan' is not a finite number"),
+        (("tune", "--margin", "nan"), "'nan' is not a finite number"),
+        (("tactics", "--k", "17"), "not a multiple of the NVFP4 block size 16"),
+]:
+    expect_one_line_error(run(*args, expect_rc=1), needle)
 # Outputs that cannot be written are refused before the run; options a checkpoint or an input
 # file fix cannot be given beside it.
 expect_one_line_error(run("run", "--output", "/nonexistent/dir/y.npy", expect_rc=1), "does not exist")
