@@ -27,6 +27,8 @@ struct RoutingConfig {
   int topk_group = 1;  // ... and only the best topk_group groups compete
   bool norm_topk_prob = true;         // renormalise the k weights to sum to 1
   float routed_scaling_factor = 1.0f; // then multiply them by this
+
+  bool operator==(const RoutingConfig&) const = default;
 };
 
 struct MoeConfig {
@@ -42,6 +44,7 @@ struct MoeConfig {
 
   bool has_shared_expert() const { return shared_intermediate > 0; }
   void validate() const;  // throws fp4moe::Error naming the bad field
+  bool operator==(const MoeConfig&) const = default;
 
   static MoeConfig glm5();         // H 6144, I 2048, E 256, top-8, sigmoid noaux_tc, 1 shared
   static MoeConfig glm5_tp8();     // GLM-5 with I sharded 8 ways: I 256 (shared expert too)

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -22,6 +23,7 @@
 #include "fp4moe/heuristic.h"
 #include "fp4moe/hw.h"
 #include "fp4moe/layer.h"
+#include "fp4moe/resource_model.h"
 #include "fp4moe/tuning_cache.h"
 #include "fp4moe/version.h"
 #include "kernels/common/cuda_check.h"
@@ -167,6 +169,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
                                static_cast<int>(fc2_.kgroups()));
   }
   const W4a16Kernel* find_kernel(const Tactic& t, Epilogue ep, std::string* why) const;
+  bool admitted(const Tactic& t, Epilogue ep, int64_t tokens) const;
   const W4a16Kernel& kernel_for(const Tactic& t, Epilogue ep) const;
   kernels::W4a16SmemShape smem_shape(int64_t tokens, int64_t k) const {
     return kernels::W4a16SmemShape{groups_, static_cast<int>(tokens), static_cast<int>(k), slots_};
@@ -230,6 +233,9 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   bool clock_on_ = false;
   mutable std::mutex cache_mutex_;  // cache_ may be replaced while another thread plans
   std::shared_ptr<const TuningCache> cache_;
+  // The resource model's verdicts on cached tactics, by (encoded tactic, tokens): see admitted().
+  mutable std::mutex admitted_mutex_;
+  mutable std::map<std::pair<unsigned long long, int64_t>, bool> admitted_;
   // One call at a time on the host (the workspace and the fields below), and on the GPU: the
   // workspace is the layer's, so each eager call waits for the previous eager call's end
   // (call_done_, recorded after each), whatever stream either was on.
@@ -372,9 +378,12 @@ std::pair<LayerPlan, std::string> GpuMoeLayerImpl::planned(int64_t tokens) const
   LayerPlan cached = plan;
   bool from_cache[2] = {false, false};
   // An entry whose winner this layer cannot run for that GEMM (a hand-edited or foreign file: the
-  // loader checks only what the file says of itself) leaves the heuristic's tactic.
+  // loader checks only what the file says of itself) leaves the heuristic's tactic: one that is
+  // not compiled for this GPU, or one the resource model refuses at this batch (a small-batch
+  // tactic for more than 256 experts, a tile whose staged batch outgrows shared memory).
   auto take = [&](const GemmKey& key, Tactic& slot, bool& taken) {
-    if (auto e = cache->lookup(identity_, key, tokens); e && find_kernel(e->winner, key.epilogue, nullptr)) {
+    if (auto e = cache->lookup(identity_, key, tokens);
+        e && find_kernel(e->winner, key.epilogue, nullptr) && admitted(e->winner, key.epilogue, tokens)) {
       slot = e->winner;
       taken = true;
     }
@@ -386,6 +395,23 @@ std::pair<LayerPlan, std::string> GpuMoeLayerImpl::planned(int64_t tokens) const
   if (!plan_pairs_gemms(cached) || (runs_gemms_together(cached.fc1.family) && tokens > cached.fc1.tile_tokens))
     return heuristic;
   return {cached, std::string(from_cache[0] ? "cache" : "heuristic") + "/" + (from_cache[1] ? "cache" : "heuristic")};
+}
+
+// Whether the resource model admits `t` for this layer's GEMM of epilogue `ep` at `tokens`, as the
+// tuner required of every candidate. Remembered: planning runs at every forward call, and the
+// model's report (with its reason in words) costs microseconds of host time.
+bool GpuMoeLayerImpl::admitted(const Tactic& t, Epilogue ep, int64_t tokens) const {
+  const std::pair<unsigned long long, int64_t> key{encode_tactic(t), tokens};
+  {
+    const std::lock_guard<std::mutex> lock(admitted_mutex_);
+    if (const auto it = admitted_.find(key); it != admitted_.end()) return it->second;
+  }
+  const bool fits = tactic_range_error(t).empty() &&
+                    model_resources(t, gpu_, DataType::kNvfp4, gemm_model_options(cfg_, tokens, ep)).fits;
+  const std::lock_guard<std::mutex> lock(admitted_mutex_);
+  if (admitted_.size() >= 4096) admitted_.clear();  // a bound for callers of many batch sizes
+  admitted_.emplace(key, fits);
+  return fits;
 }
 
 // The kernel that runs `t` for a GEMM of epilogue `ep` on this GPU, or nullptr with the reason in

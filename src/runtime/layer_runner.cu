@@ -26,12 +26,16 @@ GpuLayerRun run_gpu_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
   for (size_t i = 0; i < logits.size(); ++i)
     FP4MOE_CHECK(std::isfinite(logits[i]), "run_gpu_layer: logit (token ", i / cfg.num_experts, ", expert ",
                  i % cfg.num_experts, ") is ", logits[i]);
-  for (size_t i = 0; i < hidden.size(); ++i)
-    FP4MOE_CHECK(std::isfinite(hidden[i]), "run_gpu_layer: hidden value ", i, " is ", hidden[i]);
+  // The layer takes bf16: a finite float beyond bf16's range (~3.39e38) would round to infinity.
+  std::vector<uint16_t> hb(hidden.size());
+  for (size_t i = 0; i < hidden.size(); ++i) {
+    const Bf16 b = Bf16::from_float(hidden[i]);
+    FP4MOE_CHECK(std::isfinite(b.to_float()), "run_gpu_layer: hidden value ", i, " (token ", i / cfg.hidden, ") is ",
+                 hidden[i], std::isfinite(hidden[i]) ? ", beyond bf16's range" : "");
+    hb[i] = b.bits;
+  }
   GpuLayerRun run;
   run.plan = plan_in ? *plan_in : layer.plan_for(tokens);
-  std::vector<uint16_t> hb(hidden.size());
-  for (size_t i = 0; i < hidden.size(); ++i) hb[i] = Bf16::from_float(hidden[i]).bits;
   // Inputs and poison on the call's stream: a plain cudaMemcpy's last DMA and a cudaMemset run on
   // the legacy stream, which a non-blocking stream's kernels do not wait for.
   const ScopedDevice on_device(layer.device());

@@ -64,6 +64,10 @@ struct Batch {
 
 std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, const TuneOptions& opt) {
   const MoeConfig& cfg = layer.config();
+  // The reference each candidate is held to is computed from `w`: weights of another layer would
+  // make every plan, the heuristic's first, look wrong.
+  FP4MOE_CHECK(w.config == cfg, "tune_layer: the weights' config ('", w.config.name,
+               "') is not the GPU layer's ('", cfg.name, "'): the layer must be made from these weights");
   // Everything below (the batch, the stream, the flush buffer) lives on the layer's GPU, and the
   // resource model judges the candidates for that GPU: on a machine of mixed GPUs, GPU 0 is not
   // necessarily the one being tuned.
@@ -155,7 +159,8 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
                  format_tactic(heuristic.fc1), " + ", format_tactic(heuristic.fc2), " is wrong at T = ", T, " (",
                  heuristic_bad_row >= 0 ? "non-finite output at token " + std::to_string(heuristic_bad_row)
                                         : "relative error " + std::to_string(heuristic_err) + " on the first tokens",
-                 "): a bug in fp4moe; nothing was tuned for this bucket");
+                 "): the layer was not made from these weights, or a bug in fp4moe; nothing was tuned for this "
+                 "bucket");
 
     // A failed launch must not poison the next candidate: clear the error state and reject the
     // tactic; a sticky error (the context is lost) cannot be cleared and ends the tuning with
@@ -345,7 +350,9 @@ std::vector<CacheEntry> cache_entries(const std::vector<TuneResult>& results, co
     e.id = id;
     e.gemm = r.gemm;
     e.bucket = r.bucket;
-    e.winner = r.timed.at(0).tactic;
+    FP4MOE_CHECK(!r.timed.empty(), "cache_entries: ", describe(r.gemm), " T=", r.bucket,
+                 " has no timed tactic (nothing to cache)");
+    e.winner = r.timed[0].tactic;
     e.time_us = r.timed[0].time_us;
     if (r.timed.size() > 1) {
       e.runner_up = r.timed[1].tactic;

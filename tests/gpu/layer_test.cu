@@ -596,6 +596,15 @@ TEST(GpuLayer, RejectsBadInput) {
   EXPECT_THROW(GpuMoeLayer::create(make_synthetic_moe(wide_k, so)), Error);
   // The layer still runs after the refusals (no CUDA error left behind for the next check).
   const Batch in = make_batch(c, 4, 9);
+  // run_gpu_layer's inputs are float: one beyond bf16's range would enter the layer as infinity.
+  std::vector<float> too_big = in.hidden;
+  too_big[c.weights.config.hidden + 5] = 3.4e38f;
+  try {
+    run_gpu_layer(*c.layer, too_big, in.logits, 4, 0);
+    ADD_FAILURE() << "3.4e38 entered the layer";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(token 1) is 3.4e+38, beyond bf16's range"), std::string::npos) << e.what();
+  }
   const RunResult r = run_layer(*c.layer, in.hidden, in.logits, 4, &in.plan);
   const test::Comparison after = check_against_reference(c.weights, in.hidden, 4, r);
   EXPECT_TRUE(within_tolerance(after));

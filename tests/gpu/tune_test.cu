@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "fp4moe/bf16.h"
+#include "fp4moe/heuristic.h"
 #include "fp4moe/layer.h"
+#include "fp4moe/moe.h"
 #include "fp4moe/resource_model.h"
 #include "fp4moe/synthetic.h"
 #include "fp4moe/tune.h"
@@ -17,17 +20,26 @@
 namespace fp4moe {
 namespace {
 
+// A layer planned without the tuning cache on this machine (the tests give it theirs).
+std::unique_ptr<GpuMoeLayer> uncached_layer(const MoeWeights& w) {
+  LayerOptions lo;
+  lo.use_tuning_cache = false;
+  return GpuMoeLayer::create(w, lo);
+}
+
+MoeWeights seeded_weights(const MoeConfig& cfg, uint64_t seed) {
+  SyntheticOptions so;
+  so.seed = seed;
+  return make_synthetic_moe(cfg, so);
+}
+
 TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
   FP4MOE_REQUIRE_GPU();
   MoeConfig cfg = MoeConfig::glm5_tp8();
   cfg.num_experts = 32;
   cfg.hidden = 1024;
-  SyntheticOptions so;
-  so.seed = 3;
-  const MoeWeights w = make_synthetic_moe(cfg, so);
-  LayerOptions lo;
-  lo.use_tuning_cache = false;
-  auto layer = GpuMoeLayer::create(w, lo);
+  const MoeWeights w = seeded_weights(cfg, 3);
+  auto layer = uncached_layer(w);
   TuneOptions o;
   o.buckets = {4, 64, 256};
   o.iters = 3;
@@ -169,6 +181,52 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
   EXPECT_EQ(layer->plan_for(2).fc1, layer->plan_for_heuristic(2).fc1);
   EXPECT_EQ(layer->plan_for(2).fc2, layer->plan_for_heuristic(2).fc2);
   EXPECT_EQ(layer->plan_source(2), "heuristic/heuristic");
+}
+
+// What the tuner and a cached plan are refused: weights of another layer (before any GPU work),
+// and a cache entry this layer cannot run though its kernel is compiled - a small-batch pair for
+// 512 experts, whose in-kernel routing takes 256 (the resource model says so; before, every
+// forward call at that bucket threw).
+TEST(Tuner, ForeignWeightsAndEntriesTheLayerCannotRunAreRefused) {
+  FP4MOE_REQUIRE_GPU();
+  MoeConfig cfg = MoeConfig::glm5_tp8();
+  cfg.num_experts = 512;
+  cfg.hidden = 256;
+  cfg.intermediate = cfg.shared_intermediate = 64;
+  const MoeWeights w = seeded_weights(cfg, 5);
+  auto layer = uncached_layer(w);
+  MoeConfig other_cfg = cfg;
+  other_cfg.intermediate = other_cfg.shared_intermediate = 128;
+  const MoeWeights other = seeded_weights(other_cfg, 5);
+  TuneOptions o;
+  o.buckets = {2};
+  try {
+    tune_layer(*layer, other, o);
+    ADD_FAILURE() << "tuned a layer against another layer's weights";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the layer must be made from these weights"), std::string::npos) << e.what();
+  }
+  const CacheIdentity& id = layer->cache_identity();
+  const Tactic gemv{Family::kW4a16Gemv, 16, 8, 256, 2, 6, 1, Epilogue::kSwiglu, false};
+  Tactic gemv_fc2 = gemv;
+  gemv_fc2.epilogue = Epilogue::kFinalize;
+  ASSERT_FALSE(model_resources(gemv, layer->gpu(), DataType::kNvfp4, gemm_model_options(cfg, 2, Epilogue::kSwiglu)).fits);
+  const std::string path = (test::temp_dir() / "tuner_cache_unrunnable.json").string();
+  std::filesystem::remove(path);
+  layer->set_tuning_cache(std::make_shared<TuningCache>(TuningCache::merge_into_file(
+      path, {CacheEntry{id, fc1_key(cfg), 2, gemv, 1.0}, CacheEntry{id, fc2_key(cfg), 2, gemv_fc2, 1.0}})));
+  EXPECT_EQ(layer->plan_source(2), "heuristic/heuristic");
+  EXPECT_EQ(layer->plan_for(2).fc1, layer->plan_for_heuristic(2).fc1);
+  // And the layer runs at that bucket with the plan it chose, right.
+  const std::vector<float> hidden = make_hidden_states(2, cfg.hidden, 11);
+  const std::vector<float> logits = make_router_logits(2, cfg.num_experts, 11);
+  const GpuLayerRun run = run_gpu_layer(*layer, hidden, logits, 2, 0);
+  std::vector<float> rounded(hidden.size());
+  for (size_t i = 0; i < hidden.size(); ++i) rounded[i] = round_to_bf16(hidden[i]);
+  const std::vector<double> ref = moe_reference(w, rounded, 2, run.routing);  // as the GPU routed
+  const test::Comparison c = test::compare(test::bf16_to_double(run.out), ref, cfg.hidden);
+  EXPECT_LT(c.rel_frobenius, 1e-2);
+  EXPECT_LT(c.worst_row_rel, 2e-2);
 }
 
 }  // namespace
