@@ -32,9 +32,8 @@ std::vector<uint8_t> float_bytes(float f) {
 
 void run_quantize(const QuantizeArgs& a) {
   // A prefix names files: an empty one or a directory ("out/") would write hidden ".weight.npy"s.
-  FP4MOE_CHECK(!a.output.empty() && a.output.back() != '/' && std::filesystem::path(a.output).filename() != "." &&
-                   std::filesystem::path(a.output).filename() != "..",
-               "output '", a.output, "': give FILE.safetensors or a file name prefix (PREFIX.weight.npy, ...), not a directory");
+  const std::filesystem::path name = std::filesystem::path(a.output).filename();  // "" for "" and "dir/"
+  FP4MOE_CHECK(!name.empty() && name != "." && name != "..", "output '", a.output, "': give FILE.safetensors or a file name prefix (PREFIX.weight.npy, ...), not a directory");
   // Where the result goes, checked before the work (the .npy form writes OUT.<tensor>.npy).
   require_writable_path(ends_with(a.output, ".safetensors") ? a.output : a.output + ".weight.npy", "output");
   const int64_t block = a.format == "nvfp4" ? kNvfp4BlockSize : kMxfp4BlockSize;

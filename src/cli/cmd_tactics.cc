@@ -86,9 +86,10 @@ void run_tactics(const TacticsArgs& a) {
       eps = {Epilogue::kSwiglu, Epilogue::kFinalize};
     // One w4a16_fused kernel is the whole layer: listed once, under FC1's name (it has no none).
     if (f == Family::kW4a16Fused) eps = ep == Epilogue::kNone ? std::vector<Epilogue>{} : std::vector{Epilogue::kSwiglu};
-    size_t listed = 0;
-    for (Epilogue e : eps) listed += listed_tactics(f, e).size();
-    if (listed == 0) {  // (w4a16_wgmma, w4a16_gemv and w4a16_fused have no epilogue none)
+    std::vector<Tactic> rows;
+    for (Epilogue e : eps)
+      for (const Tactic& t : listed_tactics(f, e)) rows.push_back(t);
+    if (rows.empty()) {  // (w4a16_wgmma, w4a16_gemv and w4a16_fused have no epilogue none)
       if (!a.json) std::printf("%s: no tactics with epilogue %s\n\n", to_string(f), a.epilogue.c_str());
       continue;
     }
@@ -96,42 +97,40 @@ void run_tactics(const TacticsArgs& a) {
       std::printf("%-56s %8s %6s %8s %8s %8s %8s  %-8s %s\n", "tactic", "B/stage", "stages", "epilogue",
                   "kernel", "total", "limit", "verdict", "reason");
     }
-    for (Epilogue e : eps) {
-      for (const Tactic& t : listed_tactics(f, e)) {
-        const ResourceReport r = model_resources(t, gpu, dtype, opt);
-        std::optional<CompiledKernelInfo> live;
-        if (support.runs) live = query_compiled_kernel(t, opt);
-        const char* verdict = !r.supported ? "n/a" : r.fits ? "fits" : "NO FIT";
-        if (a.json) {
-          nlohmann::json j = {{"tactic", format_tactic(t)}, {"gpu", gpu.name}, {"dtype", to_string(dtype)},
-                              {"supported", r.supported}, {"stage_bytes", r.stage_bytes},
-                              {"builder_stage_bytes", r.builder_stage_bytes}, {"stages", r.stages},
-                              {"stages_auto", r.stages_auto}, {"mainloop_bytes", r.mainloop_bytes},
-                              {"epilogue_bytes", r.epilogue_bytes}, {"kernel_bytes", r.kernel_bytes},
-                              {"total_bytes", r.total_bytes}, {"limit_bytes", r.limit_bytes},
-                              {"fits", r.fits}, {"reason", r.reason}, {"ctas_per_sm", r.ctas_per_sm},
-                              {"stage_items", items_json(r.stage_items)}, {"other_items", items_json(r.other_items)}};
-          if (live)
-            j["measured"] = {{"registers", live->registers}, {"static_smem", live->static_smem},
-                             {"dynamic_smem", live->dynamic_smem}, {"ctas_per_sm", live->ctas_per_sm}};
-          out.push_back(j);
-          continue;
-        }
-        std::printf("%-56s %8lld %4d%s %8lld %8lld %8lld %8lld  %-8s %s\n", format_tactic(t).c_str(),
-                    static_cast<long long>(r.stage_bytes), r.stages, r.stages_auto ? "a" : " ",
-                    static_cast<long long>(r.epilogue_bytes), static_cast<long long>(r.kernel_bytes),
-                    static_cast<long long>(r.total_bytes), static_cast<long long>(r.limit_bytes), verdict,
-                    r.reason.c_str());
+    for (const Tactic& t : rows) {
+      const ResourceReport r = model_resources(t, gpu, dtype, opt);
+      std::optional<CompiledKernelInfo> live;
+      if (support.runs) live = query_compiled_kernel(t, opt);
+      const char* verdict = !r.supported ? "n/a" : r.fits ? "fits" : "NO FIT";
+      if (a.json) {
+        nlohmann::json j = {{"tactic", format_tactic(t)}, {"gpu", gpu.name}, {"dtype", to_string(dtype)},
+                            {"supported", r.supported}, {"stage_bytes", r.stage_bytes},
+                            {"builder_stage_bytes", r.builder_stage_bytes}, {"stages", r.stages},
+                            {"stages_auto", r.stages_auto}, {"mainloop_bytes", r.mainloop_bytes},
+                            {"epilogue_bytes", r.epilogue_bytes}, {"kernel_bytes", r.kernel_bytes},
+                            {"total_bytes", r.total_bytes}, {"limit_bytes", r.limit_bytes},
+                            {"fits", r.fits}, {"reason", r.reason}, {"ctas_per_sm", r.ctas_per_sm},
+                            {"stage_items", items_json(r.stage_items)}, {"other_items", items_json(r.other_items)}};
         if (live)
-          std::printf("%-56s measured: %d registers, %lld B static + %lld B dynamic shared memory, %d CTAs/SM\n",
-                      "", live->registers, static_cast<long long>(live->static_smem),
-                      static_cast<long long>(live->dynamic_smem), live->ctas_per_sm);
-        if (a.explain) {
-          for (const auto& i : r.stage_items)
-            std::printf("%-56s   per stage  %8lld  %s\n", "", static_cast<long long>(i.bytes), i.what.c_str());
-          for (const auto& i : r.other_items)
-            std::printf("%-56s              %8lld  %s\n", "", static_cast<long long>(i.bytes), i.what.c_str());
-        }
+          j["measured"] = {{"registers", live->registers}, {"static_smem", live->static_smem},
+                           {"dynamic_smem", live->dynamic_smem}, {"ctas_per_sm", live->ctas_per_sm}};
+        out.push_back(j);
+        continue;
+      }
+      std::printf("%-56s %8lld %4d%s %8lld %8lld %8lld %8lld  %-8s %s\n", format_tactic(t).c_str(),
+                  static_cast<long long>(r.stage_bytes), r.stages, r.stages_auto ? "a" : " ",
+                  static_cast<long long>(r.epilogue_bytes), static_cast<long long>(r.kernel_bytes),
+                  static_cast<long long>(r.total_bytes), static_cast<long long>(r.limit_bytes), verdict,
+                  r.reason.c_str());
+      if (live)
+        std::printf("%-56s measured: %d registers, %lld B static + %lld B dynamic shared memory, %d CTAs/SM\n",
+                    "", live->registers, static_cast<long long>(live->static_smem),
+                    static_cast<long long>(live->dynamic_smem), live->ctas_per_sm);
+      if (a.explain) {
+        for (const auto& i : r.stage_items)
+          std::printf("%-56s   per stage  %8lld  %s\n", "", static_cast<long long>(i.bytes), i.what.c_str());
+        for (const auto& i : r.other_items)
+          std::printf("%-56s              %8lld  %s\n", "", static_cast<long long>(i.bytes), i.what.c_str());
       }
     }
     if (!a.json) std::printf("\n");

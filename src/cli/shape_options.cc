@@ -62,9 +62,8 @@ std::vector<int64_t> parse_token_list(const std::string& s) {
   for (;;) {
     const size_t end = std::min(s.find(',', begin), s.size());
     const std::string item = s.substr(begin, end - begin);
-    const std::optional<int64_t> t = item.empty() || item[0] == '+' ? std::nullopt : whole_number_of<int64_t>(item);
-    FP4MOE_CHECK(t && *t >= 1 && *t <= kMaxTokens, "--tokens: '", item, "' is not a token count in [1, ", kMaxTokens,
-                 "]");
+    const std::optional<int64_t> t = integer_in(item, 1, kMaxTokens);
+    FP4MOE_CHECK(t, "--tokens: '", item, "' is not a token count in [1, ", kMaxTokens, "]");
     v.push_back(*t);
     if (end == s.size()) break;
     begin = end + 1;

@@ -81,19 +81,22 @@ inline CLI::Validator WholeNumber() {
 // An integer in [lo, hi], typed in decimal: CLI::Range would read "010" as octal 8 (CLI11
 // converts in base 0), "abc" and "1.5" as "not in range". Given with ->transform: it rewrites
 // the text in plain decimal before CLI11 converts it.
-inline std::string integer_in_error(const std::string& text, int64_t lo, int64_t hi) {
-  const std::optional<int64_t> v = whole_number_of<int64_t>(text);
-  if (!v || *v < lo || *v > hi)
-    return "'" + text + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-  return {};
+inline std::optional<int64_t> integer_in(const std::string& text, int64_t lo, int64_t hi) {
+  const std::optional<int64_t> v = whole_number_of<int64_t>(text);  // (no sign '+', no spaces)
+  return v && *v >= lo && *v <= hi ? v : std::nullopt;
+}
+
+inline std::string not_integer_in(const std::string& text, int64_t lo, int64_t hi) {
+  return "'" + text + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
 }
 
 inline CLI::Validator IntegerIn(int64_t lo, int64_t hi) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
-        std::string error = integer_in_error(text, lo, hi);
-        if (error.empty()) text = std::to_string(*whole_number_of<int64_t>(text));
-        return error;
+        const std::optional<int64_t> v = integer_in(text, lo, hi);
+        if (!v) return not_integer_in(text, lo, hi);
+        text = std::to_string(*v);
+        return {};
       },
       "INTEGER in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
@@ -103,10 +106,10 @@ inline CLI::Validator IntegerIn(int64_t lo, int64_t hi) {
 inline CLI::Validator MultipleOf(int64_t lo, int64_t hi, int64_t step, const std::string& why) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
-        if (std::string error = integer_in_error(text, lo, hi); !error.empty()) return error;
-        const int64_t v = *whole_number_of<int64_t>(text);
-        if (v % step != 0) return text + " is not a multiple of " + why + " " + std::to_string(step);
-        text = std::to_string(v);
+        const std::optional<int64_t> v = integer_in(text, lo, hi);
+        if (!v) return not_integer_in(text, lo, hi);
+        if (*v % step != 0) return text + " is not a multiple of " + why + " " + std::to_string(step);
+        text = std::to_string(*v);
         return {};
       },
       "MULTIPLE OF " + std::to_string(step));
