@@ -9,11 +9,16 @@ import numpy as np
 
 FP4MOE = sys.argv[1]
 failures = []
+# Exit codes: 2 where the parser refuses the command line (an unknown command, an option's value
+# out of its range, options that exclude each other), 1 for an error found after it.
+USAGE, FAILURE = 2, 1
 
 
 def run(*args, expect_rc=0):
     p = subprocess.run([FP4MOE, *args], capture_output=True, text=True, timeout=600)
-    if (expect_rc == 0) != (p.returncode == 0):
+    # The exact code: an error is exit 1, and a crash after the error line (a signal: negative)
+    # or a stray code must not pass as it.
+    if p.returncode != expect_rc:
         failures.append(f"fp4moe {' '.join(args)}: rc {p.returncode}\n{p.stdout}{p.stderr}")
     return p
 
@@ -39,78 +44,81 @@ p2 = run("run", "--preset", "glm5-tp8", "--tokens", "2", "--seed", "3")
 check("checksum" in p1.stdout, f"run output: {p1.stdout}")
 cs = [line for line in p1.stdout.splitlines() if "checksum" in line]
 check(cs and cs == [l for l in p2.stdout.splitlines() if "checksum" in l], "checksum differs")
+# ...and the output it sums is finite and not zero (two runs of NaNs would agree too)
+mean_abs = [float(line.split("mean |out|")[1].split()[0]) for line in cs if "mean |out|" in line]
+check(len(mean_abs) == 1 and np.isfinite(mean_abs[0]) and mean_abs[0] > 0, f"run output's mean |out|: {cs}")
 
 # bad input: one line on stderr, non-zero exit, no crash
-for args, needle in [
-        (("run", "--tokens", "0"), "tokens"),
-        (("run", "--preset", "glm6"), "preset"),
-        (("run", "--hidden", "100"), "multiple of"),
-        (("bench", "--tokens", "1,x"), "'x' is not a token count"),
-        (("bench", "--tokens", "+4"), "'+4' is not a token count"),
-        (("tune", "--tokens", "1,2,"), "'' is not a token count"),
-        (("bench", "--tokens", "1,0"), "'0' is not a token count"),
-        (("frobnicate",), "unknown command 'frobnicate' (commands: info, quantize, run,"),
+for args, rc, needle in [
+        (("run", "--tokens", "0"), USAGE, "tokens"),
+        (("run", "--preset", "glm6"), USAGE, "preset"),
+        (("run", "--hidden", "100"), FAILURE, "multiple of"),
+        (("bench", "--tokens", "1,x"), USAGE, "'x' is not a token count"),
+        (("bench", "--tokens", "+4"), USAGE, "'+4' is not a token count"),
+        (("tune", "--tokens", "1,2,"), USAGE, "'' is not a token count"),
+        (("bench", "--tokens", "1,0"), USAGE, "'0' is not a token count"),
+        (("frobnicate",), USAGE, "unknown command 'frobnicate' (commands: info, quantize, run,"),
 ]:
-    expect_one_line_error(run(*args, expect_rc=1), needle)
+    expect_one_line_error(run(*args, expect_rc=rc), needle)
 # Softmax top-k has no expert groups: a preset's go with --routing softmax, typed ones are refused.
-expect_one_line_error(run("run", "--preset", "deepseek-v3", "--routing", "softmax", "--n-group", "8", expect_rc=1),
+expect_one_line_error(run("run", "--preset", "deepseek-v3", "--routing", "softmax", "--n-group", "8", expect_rc=FAILURE),
                       "softmax top-k routing has no expert groups (n_group = 8, topk_group = 1")
 p = run("run", "--preset", "deepseek-v3", "--routing", "softmax", "--hidden", "64", "--intermediate", "32",
         "--device", "cpu")
 check("softmax_topk (n_group 1, topk_group 1" in p.stdout, f"--routing softmax kept the preset's groups: {p.stdout}")
 # A shape override given is applied, 0 included: validation names it, never the preset's value.
-for args, needle in [
-        (("run", "--experts", "0"), "number of experts must be > 0"),
-        (("run", "--top-k", "0"), "top_k = 0"),
-        (("run", "--hidden", "0"), "hidden size must be > 0"),
-        (("run", "--tokens", "100000000"), "'100000000' is not an integer in [1, 16777216]"),
-        (("run", "--tokens", "1.5"), "'1.5' is not an integer in [1, 16777216]"),
-        (("bench", "--iters", "x"), "--iters: 'x' is not an integer in [1, 100000]"),
-        (("run", "--skew", "nan"), "'nan' is not a finite number in [0, 1000]"),
-        (("bench", "--skew", "-1"), "'-1' is not a finite number in [0, 1000]"),
-        (("run", "--skew", "1e39"), "--skew: '1e39' is not a finite number in [0, 1000]"),
-        (("run", "--threads", "-5"), "--threads"),
+for args, rc, needle in [
+        (("run", "--experts", "0"), FAILURE, "number of experts must be > 0"),
+        (("run", "--top-k", "0"), FAILURE, "top_k = 0"),
+        (("run", "--hidden", "0"), FAILURE, "hidden size must be > 0"),
+        (("run", "--tokens", "100000000"), USAGE, "'100000000' is not an integer in [1, 16777216]"),
+        (("run", "--tokens", "1.5"), USAGE, "'1.5' is not an integer in [1, 16777216]"),
+        (("bench", "--iters", "x"), USAGE, "--iters: 'x' is not an integer in [1, 100000]"),
+        (("run", "--skew", "nan"), USAGE, "'nan' is not a finite number in [0, 1000]"),
+        (("bench", "--skew", "-1"), USAGE, "'-1' is not a finite number in [0, 1000]"),
+        (("run", "--skew", "1e39"), USAGE, "--skew: '1e39' is not a finite number in [0, 1000]"),
+        (("run", "--threads", "-5"), USAGE, "--threads"),
 ]:
-    expect_one_line_error(run(*args, expect_rc=1), needle)
+    expect_one_line_error(run(*args, expect_rc=rc), needle)
 # A batch larger than the host's memory fails before the work, with the sizes (no bad_alloc).
-expect_one_line_error(run("run", "--tokens", "16777216", "--device", "cpu", expect_rc=1), "GB of host memory")
+expect_one_line_error(run("run", "--tokens", "16777216", "--device", "cpu", expect_rc=FAILURE), "GB of host memory")
 # Tensor parallel: refused splits and options, before any GPU or NCCL is needed.
-for args, needle in [
-        (("bench", "--preset", "glm5-tp8", "--tp", "32"), "multiples of 16"),
-        (("bench", "--tp", "2", "--json", "/tmp/x.json"), "--tp takes"),
-        (("bench", "--tp", "1"), "--tp"),
-        (("quantize", "/nonexistent.npy", "/tmp/x"), "cannot open"),
+for args, rc, needle in [
+        (("bench", "--preset", "glm5-tp8", "--tp", "32"), FAILURE, "multiples of 16"),
+        (("bench", "--tp", "2", "--json", "/tmp/x.json"), FAILURE, "--tp takes"),
+        (("bench", "--tp", "1"), USAGE, "--tp"),
+        (("quantize", "/nonexistent.npy", "/tmp/x"), FAILURE, "cannot open"),
 ]:
-    expect_one_line_error(run(*args, expect_rc=1), needle)
+    expect_one_line_error(run(*args, expect_rc=rc), needle)
 # Numbers as typed: no wrapped seed, no saturated width, no NaN through a range, K a multiple of 16.
-expect_one_line_error(run("run", "--seed", "-1", expect_rc=1), "'-1' is not an integer")
-expect_one_line_error(run("run", "--hidden", "99999999999999999999999", expect_rc=1),
+expect_one_line_error(run("run", "--seed", "-1", expect_rc=USAGE), "'-1' is not an integer")
+expect_one_line_error(run("run", "--hidden", "99999999999999999999999", expect_rc=USAGE),
                       "'99999999999999999999999' is not an integer")
-for args, needle in [
-        (("run", "--hidden", str(1 << 30)), "exceeds 2^20"),
-        (("bench", "--warmup-ms", "nan"), "'nan' is not a finite number"),
-        (("tune", "--margin", "nan"), "'nan' is not a finite number"),
-        (("tactics", "--k", "17"), "not a multiple of the NVFP4 block size 16"),
+for args, rc, needle in [
+        (("run", "--hidden", str(1 << 30)), FAILURE, "exceeds 2^20"),
+        (("bench", "--warmup-ms", "nan"), USAGE, "'nan' is not a finite number"),
+        (("tune", "--margin", "nan"), USAGE, "'nan' is not a finite number"),
+        (("tactics", "--k", "17"), USAGE, "not a multiple of the NVFP4 block size 16"),
 ]:
-    expect_one_line_error(run(*args, expect_rc=1), needle)
+    expect_one_line_error(run(*args, expect_rc=rc), needle)
 # Outputs that cannot be written are refused before the run; options a checkpoint or an input
 # file fix cannot be given beside it.
-expect_one_line_error(run("run", "--output", "/nonexistent/dir/y.npy", expect_rc=1), "does not exist")
-expect_one_line_error(run("bench", "--tokens", "1", "--json", "/nonexistent/dir/b.json", expect_rc=1),
+expect_one_line_error(run("run", "--output", "/nonexistent/dir/y.npy", expect_rc=FAILURE), "does not exist")
+expect_one_line_error(run("bench", "--tokens", "1", "--json", "/nonexistent/dir/b.json", expect_rc=FAILURE),
                       "does not exist")
-expect_one_line_error(run("run", "--checkpoint", "/tmp", "--layer", "0", "--experts", "16", expect_rc=1),
+expect_one_line_error(run("run", "--checkpoint", "/tmp", "--layer", "0", "--experts", "16", expect_rc=USAGE),
                       "excludes")
-expect_one_line_error(run("run", "--input", "/tmp/x.npy", "-t", "5", expect_rc=1), "excludes")
+expect_one_line_error(run("run", "--input", "/tmp/x.npy", "-t", "5", expect_rc=USAGE), "excludes")
 # Options that would be ignored are refused: an output dtype without an output, replays to time
 # where no GPU runs, an empty path (read as not given), a cache file for `cache path`.
-expect_one_line_error(run("run", "--output-dtype", "bf16", expect_rc=1), "--output-dtype requires --output")
-expect_one_line_error(run("run", "--preset", "glm5-tp8", "--device", "cpu", "--iters", "5", expect_rc=1),
+expect_one_line_error(run("run", "--output-dtype", "bf16", expect_rc=USAGE), "--output-dtype requires --output")
+expect_one_line_error(run("run", "--preset", "glm5-tp8", "--device", "cpu", "--iters", "5", expect_rc=FAILURE),
                       "--iters times the GPU's graph replays; there is no GPU run here")
 for option in [("run", "--output"), ("run", "--input"), ("bench", "--json"), ("tune", "--json")]:
-    expect_one_line_error(run(*option, "", expect_rc=1), f"{option[1]}: an empty path")
-expect_one_line_error(run("cache", "path", "--file", "x.json", expect_rc=1), "--file goes with list, show or clear")
+    expect_one_line_error(run(*option, "", expect_rc=USAGE), f"{option[1]}: an empty path")
+expect_one_line_error(run("cache", "path", "--file", "x.json", expect_rc=FAILURE), "--file goes with list, show or clear")
 # tactics: names checked before the table; a family without the epilogue says so.
-p = run("tactics", "--gpu", "h200", "--family", "bogus", expect_rc=1)
+p = run("tactics", "--gpu", "h200", "--family", "bogus", expect_rc=USAGE)
 check(p.stdout == "", f"tactics printed before refusing --family bogus: {p.stdout[:200]}")
 p = run("tactics", "--gpu", "h200", "--family", "w4a16_fused", "--epilogue", "none")
 check("w4a16_fused: no tactics with epilogue none" in p.stdout and ":swiglu" not in p.stdout,
@@ -123,7 +131,7 @@ if os.path.exists("/dev/full"):
     check(p.returncode == 1 and p.stderr.strip() == "fp4moe: error: writing to standard output failed",
           f"tactics --json > /dev/full: rc {p.returncode}, {p.stderr!r}")
 # A tactic is checked where it is given, GPU or not.
-expect_one_line_error(run("bench", "--tokens", "1", "--fc1", "garbage", expect_rc=1), "garbage")
+expect_one_line_error(run("bench", "--tokens", "1", "--fc1", "garbage", expect_rc=FAILURE), "garbage")
 
 with tempfile.TemporaryDirectory() as d:
     w = np.random.default_rng(0).standard_normal((32, 64)).astype(np.float32)
@@ -136,36 +144,36 @@ with tempfile.TemporaryDirectory() as d:
     check(codes.shape == (32, 32) and codes.dtype == np.uint8, f"mxfp4 codes {codes.shape}")
     # An output prefix names files: an empty one or a directory would write hidden .weight.npy files.
     for prefix in ["", d + "/"]:
-        expect_one_line_error(run("quantize", os.path.join(d, "w.npy"), prefix, expect_rc=1), "not a directory")
+        expect_one_line_error(run("quantize", os.path.join(d, "w.npy"), prefix, expect_rc=FAILURE), "not a directory")
     check(not os.path.exists(os.path.join(d, ".weight.npy")), "quantize wrote a hidden .weight.npy")
     # cache --file: an existing file; clear removes only a tuning cache's (tuning-*.json).
     notes = os.path.join(d, "notes.txt")
     with open(notes, "w") as f:
         f.write("keep me\n")
-    expect_one_line_error(run("cache", "clear", "--file", notes, expect_rc=1), "not a tuning cache file")
+    expect_one_line_error(run("cache", "clear", "--file", notes, expect_rc=FAILURE), "not a tuning cache file")
     check(os.path.exists(notes), "cache clear --file removed a file that is no tuning cache")
-    expect_one_line_error(run("cache", "list", "--file", os.path.join(d, "tuning-none.json"), expect_rc=1),
+    expect_one_line_error(run("cache", "list", "--file", os.path.join(d, "tuning-none.json"), expect_rc=FAILURE),
                           "cannot stat")
     # A JSON write that fails only at the close (a full device) is an error, not "wrote".
     if os.path.exists("/dev/full"):
         expect_one_line_error(run("bench", "--preset", "glm5-tp8", "--tokens", "1", "--cpu-max-tokens", "0",
-                                  "--json", "/dev/full", expect_rc=1), "/dev/full: write failed")
+                                  "--json", "/dev/full", expect_rc=FAILURE), "/dev/full: write failed")
     np.save(os.path.join(d, "odd.npy"), w[:, :40])
     expect_one_line_error(
-        run("quantize", os.path.join(d, "odd.npy"), os.path.join(d, "o"), expect_rc=1),
+        run("quantize", os.path.join(d, "odd.npy"), os.path.join(d, "o"), expect_rc=FAILURE),
         "multiple of the block size 16")
     np.save(os.path.join(d, "vec.npy"), w[0])
     expect_one_line_error(
-        run("quantize", os.path.join(d, "vec.npy"), os.path.join(d, "o"), expect_rc=1), "2-D")
+        run("quantize", os.path.join(d, "vec.npy"), os.path.join(d, "o"), expect_rc=FAILURE), "2-D")
     expect_one_line_error(
-        run("quantize", os.path.join(d, "w.npy"), "/nonexistent/dir/wq", expect_rc=1), "does not exist")
+        run("quantize", os.path.join(d, "w.npy"), "/nonexistent/dir/wq", expect_rc=FAILURE), "does not exist")
     p = run("run", "--preset", "glm5-tp8", "--tokens", "1", "--seed", "010", "--device", "cpu")
     check("seed 10)" in p.stdout, f"--seed 010 is ten, not octal 8: {p.stdout}")
     p = run("run", "--preset", "glm5-tp8", "--tokens", "010", "--device", "cpu")
     check("output [10, " in p.stdout, f"--tokens 010 is ten, not octal 8: {p.stdout}")
     np.save(os.path.join(d, "empty.npy"), w[:0, :])
     expect_one_line_error(
-        run("quantize", os.path.join(d, "empty.npy"), os.path.join(d, "o"), expect_rc=1), "is empty")
+        run("quantize", os.path.join(d, "empty.npy"), os.path.join(d, "o"), expect_rc=FAILURE), "is empty")
     # A tuning cache that is a FIFO is reported and skipped, never waited on.
     os.mkfifo(os.path.join(d, "tuning-fifo.json"))
     env = dict(os.environ, FP4MOE_CACHE_DIR=d)
@@ -189,7 +197,7 @@ with tempfile.TemporaryDirectory() as d:
     check("glm\\x1b[2J\\x0ax" in p.stdout and "\x1b" not in p.stdout, f"inspect printed {p.stdout[:300]!r}")
     np.save(os.path.join(d, "narrow.npy"), w[:2, :40])
     expect_one_line_error(
-        run("run", "--input", os.path.join(d, "narrow.npy"), expect_rc=1),
+        run("run", "--input", os.path.join(d, "narrow.npy"), expect_rc=FAILURE),
         "expected shape (T, 6144), got (2, 40)")
 
 if failures:

@@ -369,7 +369,8 @@ void register_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   auto* cmd = app.add_subcommand("bench", "Roofline benchmark: ceilings, cuBLAS baseline, our layer");
   a->shape.add_to(cmd);
-  cmd->add_option("--tokens", a->tokens, "Comma-separated token counts (default 1,2,4,...,16384)");
+  cmd->add_option("--tokens", a->tokens, "Comma-separated token counts (default 1,2,4,...,16384)")
+      ->check(TokenList());
   cmd->add_option("--seed", a->seed, "Seed of weights, inputs and router")->transform(WholeNumber<uint64_t>());
   cmd->add_option("--skew", a->skew, "Routing skew (0: uniform; 2: a few experts take most tokens)")
       ->check(FiniteRange(0.0, kMaxRoutingSkew));

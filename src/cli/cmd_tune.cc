@@ -278,7 +278,8 @@ void register_tune(CLI::App& app) {
   auto a = std::make_shared<TuneArgs>();
   auto* cmd = app.add_subcommand("tune", "Measure every admissible tactic per GEMM and token bucket; store the winners");
   a->shape.add_to(cmd);
-  cmd->add_option("--tokens", a->tokens, "Token counts to tune (each goes to its bucket); default all buckets <= 16384");
+  cmd->add_option("--tokens", a->tokens, "Token counts to tune (each goes to its bucket); default all buckets <= 16384")
+      ->check(TokenList());
   cmd->add_option("--iters", a->iters, "Timed layer replays per candidate (median)")->transform(IntegerIn(1, 1000));
   cmd->add_option("--finalist-cycles", a->finalist_cycles,
                   "Cycles in which the finalists (the heuristic's tactic and the fastest within 8%) are timed again, "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
 
 #include "cli/validators.h"
 #include "fp4moe/error.h"
@@ -54,21 +55,45 @@ MoeConfig ShapeArgs::resolve() const {
   return c;
 }
 
-std::vector<int64_t> parse_token_list(const std::string& s) {
-  // Each item a decimal count as --tokens of `run` takes it: no sign, no spaces, no empty item
-  // (a trailing comma included), none out of range.
+namespace {
+
+// The items of a --tokens list, or the message naming the first that is not a token count: each
+// item a decimal count as --tokens of `run` takes it, no sign, no spaces, no empty item (a
+// trailing comma's included), none out of range.
+std::vector<int64_t> token_counts(const std::string& s, std::string& error) {
   std::vector<int64_t> v;
   size_t begin = 0;
   for (;;) {
     const size_t end = std::min(s.find(',', begin), s.size());
     const std::string item = s.substr(begin, end - begin);
     const std::optional<int64_t> t = integer_in(item, 1, kMaxTokens);
-    FP4MOE_CHECK(t, "--tokens: '", item, "' is not a token count in [1, ", kMaxTokens, "]");
+    if (!t) {
+      error = "'" + item + "' is not a token count in [1, " + std::to_string(kMaxTokens) + "]";
+      return {};
+    }
     v.push_back(*t);
-    if (end == s.size()) break;
+    if (end == s.size()) return v;
     begin = end + 1;
   }
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_token_list(const std::string& s) {
+  std::string error;
+  std::vector<int64_t> v = token_counts(s, error);
+  FP4MOE_CHECK(error.empty(), "--tokens: ", error);
   return v;
+}
+
+CLI::Validator TokenList() {
+  return CLI::Validator(
+      [](std::string& text) {
+        std::string error;
+        token_counts(text, error);
+        return error;
+      },
+      "LIST");
 }
 
 }  // namespace fp4moe::cli

@@ -32,4 +32,8 @@ inline constexpr int64_t kMaxTokens = int64_t{1} << 24;
 // default for an empty string before.
 std::vector<int64_t> parse_token_list(const std::string& s);
 
+// The same check as the option is parsed (->check(TokenList())): a bad list is a command-line
+// error, exit 2, like any other option's bad value.
+CLI::Validator TokenList();
+
 }  // namespace fp4moe::cli
