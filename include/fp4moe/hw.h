@@ -48,6 +48,10 @@ struct CudaEnvironment {
   int runtime_version = 0;  // e.g. 13000
   int driver_version = 0;   // e.g. 13000 (the CUDA version the driver supports)
   std::string error;        // why no GPU is usable, if none is
+  // True where the machine has no GPU to use at all (built without CUDA, no driver, no device);
+  // false where one is there but the runtime cannot use it (a driver older than the runtime, a
+  // device the runtime cannot query: `error` says which) - a fault to report, not an absence.
+  bool no_gpu = false;
   std::vector<GpuSpec> devices;
 };
 // Queries the CUDA runtime; never throws (a machine without GPU or driver gives no devices and

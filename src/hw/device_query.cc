@@ -1,6 +1,8 @@
 // Live GPU query through the CUDA runtime. Built without CUDA, it reports "no GPU".
 #include "fp4moe/hw.h"
 
+#include <string>
+
 #ifdef FP4MOE_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -11,25 +13,36 @@ CudaEnvironment query_cuda_environment() {
   CudaEnvironment env;
 #ifndef FP4MOE_WITH_CUDA
   env.error = "built without CUDA";
+  env.no_gpu = true;
   return env;
 #else
   env.built_with_cuda = true;
   cudaRuntimeGetVersion(&env.runtime_version);
   if (cudaDriverGetVersion(&env.driver_version) != cudaSuccess || env.driver_version == 0) {
     env.error = "no CUDA driver";
+    env.no_gpu = true;
     return env;
   }
   int count = 0;
   const cudaError_t st = cudaGetDeviceCount(&count);
   if (st != cudaSuccess) {
     env.error = cudaGetErrorString(st);
+    env.no_gpu = st == cudaErrorNoDevice;
     cudaGetLastError();  // clear the sticky-free error so later calls start clean
     return env;
   }
-  if (count == 0) env.error = "no CUDA device";
+  if (count == 0) {
+    env.error = "no CUDA device";
+    env.no_gpu = true;
+  }
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp p{};
-    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+    if (const cudaError_t e = cudaGetDeviceProperties(&p, i); e != cudaSuccess) {
+      // Left out of `devices`, but said: a GPU the runtime cannot query is not an absent one.
+      env.error = "GPU " + std::to_string(i) + ": " + cudaGetErrorString(e);
+      cudaGetLastError();
+      continue;
+    }
     GpuSpec g;
     g.name = p.name;
     g.key = "current:" + std::to_string(i);

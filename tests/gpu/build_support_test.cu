@@ -13,6 +13,7 @@
 #include "fp4moe/hw.h"
 #include "fp4moe/version.h"
 #include "hw/kernel_image.h"
+#include "gpu_test_util.h"
 
 namespace fp4moe::test {
 const void* arch_probe_80();  // tests/gpu/arch_probe_kernel.cu, once per architecture
@@ -24,7 +25,7 @@ namespace {
 
 TEST(BuildSupport, TheRuntimeAgreesWithTheRulesForMachineCodeOfOneArchitecture) {
   const CudaEnvironment env = query_cuda_environment();
-  if (env.devices.empty()) GTEST_SKIP() << "no GPU";
+  FP4MOE_REQUIRE_GPU_PRESENT();
   for (const GpuSpec& g : env.devices) {
     const std::pair<const char*, const void*> probes[] = {{"80", test::arch_probe_80()},
                                                           {"90a", test::arch_probe_90a()}};
@@ -51,7 +52,7 @@ TEST(BuildSupport, TheRuntimeAgreesWithTheRulesForMachineCodeOfOneArchitecture) 
 // layer plans for that code's architecture where it is an earlier major version's PTX.
 TEST(BuildSupport, TheLibraryRunsWhereOneOfItsRunTargetsDoes) {
   const CudaEnvironment env = query_cuda_environment();
-  if (env.devices.empty()) GTEST_SKIP() << "no GPU";
+  FP4MOE_REQUIRE_GPU_PRESENT();
   for (const GpuSpec& g : env.devices) {
     bool by_rules = false;
     std::vector<int> archs;  // the targets' architectures: "90a" 90, "80-virtual" 80

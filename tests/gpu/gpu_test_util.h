@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -17,19 +18,46 @@
 
 namespace fp4moe::test {
 
-// Empty where GPU 0 runs this build's kernels; else why not: no GPU, or none of the build's
-// machine code runs on it (the run targets and the one to build are named).
-inline const std::string& gpu_unavailable_reason() {
-  static const std::string why = [] {
+// Whether this process can run the GPU tests, and if not, whether that is a skip or a failure.
+struct GpuTestGate {
+  bool skip = false;   // no GPU on this machine: the tests report "skipped"
+  bool fail = false;   // a GPU is there, or one is required, but the kernels cannot run on it
+  std::string reason;  // why, where skip or fail
+};
+
+// A machine without a GPU skips; FP4MOE_GPU_TESTS_REQUIRED=1 (set by scripts/gpu_check.sh, for
+// machines meant to have one) turns that into a failure. A GPU the runtime cannot use (a driver
+// older than the runtime, a device it cannot query) fails: a broken setup must not read as a
+// green run in which no kernel ran.
+inline const GpuTestGate& gpu_presence_gate() {
+  static const GpuTestGate gate = [] {
+    GpuTestGate g;
+    const char* required = std::getenv("FP4MOE_GPU_TESTS_REQUIRED");
+    const bool must = required != nullptr && std::string(required) == "1";
     const CudaEnvironment env = query_cuda_environment();
-    if (env.devices.empty()) return std::string("no GPU");
-    const BuildSupport support = build_support_for(env.devices[0]);
-    return support.runs ? std::string() : support.why;
+    if (!env.devices.empty()) return g;
+    g.skip = env.no_gpu && !must;
+    g.fail = !g.skip;
+    g.reason = (env.no_gpu ? "no GPU (" : "no usable GPU (") + env.error + ")" +
+               (env.no_gpu && must ? " where FP4MOE_GPU_TESTS_REQUIRED=1" : "");
+    return g;
   }();
-  return why;
+  return gate;
 }
 
-inline bool gpu_available() { return gpu_unavailable_reason().empty(); }
+// As gpu_presence_gate, and a GPU none of this build's machine code runs on fails too (the
+// reason names the target to build).
+inline const GpuTestGate& gpu_test_gate() {
+  static const GpuTestGate gate = [] {
+    GpuTestGate g = gpu_presence_gate();
+    if (g.skip || g.fail) return g;
+    const BuildSupport support = build_support_for(query_cuda_environment().devices[0]);
+    g.fail = !support.runs;
+    g.reason = support.why;
+    return g;
+  }();
+  return gate;
+}
 
 // GPU 0 as this build's kernels see it (gpu_for_build: the PTX's architecture where the driver
 // JIT-compiles an earlier major version's), as the layer plans for it. After FP4MOE_REQUIRE_GPU.
@@ -38,12 +66,18 @@ inline const GpuSpec& gpu() {
   return g;
 }
 
-// Every GPU test starts with this: "skipped" (not passed, not failed) without a GPU, or on one
-// this build has no machine code for.
-#define FP4MOE_REQUIRE_GPU()                                                                  \
-  do {                                                                                        \
-    if (!::fp4moe::test::gpu_available()) GTEST_SKIP() << ::fp4moe::test::gpu_unavailable_reason(); \
+#define FP4MOE_GPU_GATE(gate_expr)                                              \
+  do {                                                                         \
+    const ::fp4moe::test::GpuTestGate& fp4moe_gate = (gate_expr);              \
+    if (fp4moe_gate.fail) FAIL() << fp4moe_gate.reason;                        \
+    if (fp4moe_gate.skip) GTEST_SKIP() << fp4moe_gate.reason;                  \
   } while (0)
+
+// Every GPU test starts with this: "skipped" (not passed, not failed) on a machine without a
+// GPU; a failure where one is present but cannot run this build's kernels (gpu_test_gate).
+#define FP4MOE_REQUIRE_GPU() FP4MOE_GPU_GATE(::fp4moe::test::gpu_test_gate())
+// For the tests of which builds run where: a GPU, whatever this build's machine code.
+#define FP4MOE_REQUIRE_GPU_PRESENT() FP4MOE_GPU_GATE(::fp4moe::test::gpu_presence_gate())
 
 template <typename T>
 DeviceBuffer to_device(const std::vector<T>& v) {
@@ -96,6 +130,12 @@ struct Comparison {
 
 inline Comparison compare(const std::vector<double>& got, const std::vector<double>& ref, int64_t row = 0) {
   Comparison c;
+  if (got.size() != ref.size()) {  // a wrong length fails every tolerance, and is never read past
+    ADD_FAILURE() << "compare: " << got.size() << " values against the reference's " << ref.size();
+    c.non_finite = 1;
+    c.rel_frobenius = c.worst_row_rel = std::numeric_limits<double>::infinity();
+    return c;
+  }
   double num = 0, den = 0, row_num = 0, row_den = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     if (!std::isfinite(got[i])) {
@@ -123,6 +163,21 @@ inline Comparison compare(const std::vector<double>& got, const std::vector<doub
                     : den > 0         ? std::sqrt(num / den)
                                       : std::sqrt(num);
   return c;
+}
+
+constexpr double kTolerance = 1e-2;     // relative Frobenius error of the bf16 output
+constexpr double kRowTolerance = 2e-2;  // the same of any one token's output row
+
+// No non-finite value, the whole output within kTolerance and every token's row within
+// kRowTolerance; the failure says which and by how much.
+inline ::testing::AssertionResult within_tolerance(const Comparison& c) {
+  if (c.non_finite > 0) return ::testing::AssertionFailure() << c.non_finite << " non-finite values";
+  if (!(c.rel_frobenius < kTolerance))
+    return ::testing::AssertionFailure() << "relative error " << c.rel_frobenius << " >= " << kTolerance;
+  if (!(c.worst_row_rel < kRowTolerance))
+    return ::testing::AssertionFailure() << "token " << c.worst_row << "'s relative error " << c.worst_row_rel
+                                         << " >= " << kRowTolerance << " (the whole output's " << c.rel_frobenius << ")";
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace fp4moe::test
