@@ -33,12 +33,18 @@ MoeWeights seeded_weights(const MoeConfig& cfg, uint64_t seed) {
   return make_synthetic_moe(cfg, so);
 }
 
-TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
-  FP4MOE_REQUIRE_GPU();
+// glm5-tp8's experts (I 256) at H 1024, 32 of them: every family has tactics to time, in seconds.
+MoeConfig small_tp8_config() {
   MoeConfig cfg = MoeConfig::glm5_tp8();
   cfg.num_experts = 32;
   cfg.hidden = 1024;
-  const MoeWeights w = seeded_weights(cfg, 3);
+  return cfg;
+}
+
+TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
+  FP4MOE_REQUIRE_GPU();
+  const MoeWeights w = seeded_weights(small_tp8_config(), 3);
+  const MoeConfig& cfg = w.config;
   auto layer = uncached_layer(w);
   TuneOptions o;
   o.buckets = {4, 64, 256};
@@ -50,6 +56,9 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
   o.finalist_cycles = 2;
   o.finalist_turn_replays = 3;
   o.finalist_settle_ms = 2;
+  // Every bucket has finalists (all candidates within 1000% of the fastest, six at most), so that
+  // their checks below run at every bucket, whatever the timings.
+  o.finalist_margin = 10;
   // What a caller is handed as each bucket finishes (fp4moe tune stores it then), and whether the
   // next bucket had started by then.
   std::vector<TuneResult> handed;
@@ -83,6 +92,8 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
     // median) first, the others (first pass only) after them; fastest first within each, except
     // that the heuristic's tactic leads when within the margin of the fastest.
     auto finalist = [](const TimedTactic& c) { return !c.interleaved_us.empty(); };
+    ASSERT_GE(r.timed.size(), 2u) << "T = " << r.bucket << ": one tactic timed, nothing compared";
+    EXPECT_TRUE(finalist(r.timed[0]) && finalist(r.timed[1])) << "T = " << r.bucket << ": no finalists";
     for (size_t i = 0; i < r.timed.size(); ++i) {
       const TimedTactic& c = r.timed[i];
       EXPECT_GT(c.first_pass_us, 0) << format_tactic(c.tactic);
@@ -224,9 +235,38 @@ TEST(Tuner, ForeignWeightsAndEntriesTheLayerCannotRunAreRefused) {
   std::vector<float> rounded(hidden.size());
   for (size_t i = 0; i < hidden.size(); ++i) rounded[i] = round_to_bf16(hidden[i]);
   const std::vector<double> ref = moe_reference(w, rounded, 2, run.routing);  // as the GPU routed
-  const test::Comparison c = test::compare(test::bf16_to_double(run.out), ref, cfg.hidden);
-  EXPECT_LT(c.rel_frobenius, 1e-2);
-  EXPECT_LT(c.worst_row_rel, 2e-2);
+  EXPECT_TRUE(test::within_tolerance(test::compare(test::bf16_to_double(run.out), ref, cfg.hidden)));
+}
+
+// The output check rejects, and names, a candidate whose rows differ from the heuristic plan's:
+// with the row bound at 1e-9 every tactic whose fp32 summation order differs from the
+// heuristic's is wrong by that bound (two correct plans differ by ~1e-3), while the heuristic's
+// own tactic, whose plan is the heuristic plan, passes. With correct kernels the default bound
+// rejects nothing, so only this shows the check can reject at all.
+TEST(Tuner, RejectsACandidateWhoseRowsDifferFromTheHeuristicPlan) {
+  FP4MOE_REQUIRE_GPU();
+  const MoeWeights w = seeded_weights(small_tp8_config(), 7);
+  auto layer = uncached_layer(w);
+  TuneOptions o;
+  o.buckets = {64};
+  o.iters = 1;
+  o.finalist_cycles = 0;
+  o.time_pairs = false;
+  o.max_row_rel_error = 1e-9;
+  const std::vector<TuneResult> results = tune_layer(*layer, w, o);
+  ASSERT_EQ(results.size(), 2u);
+  const LayerPlan hp = layer->plan_for_heuristic(64);
+  for (const TuneResult& r : results) {
+    const Tactic incumbent = r.gemm.epilogue == Epilogue::kSwiglu ? hp.fc1 : hp.fc2;
+    EXPECT_TRUE(std::any_of(r.timed.begin(), r.timed.end(), [&](const TimedTactic& c) { return c.tactic == incumbent; }))
+        << format_tactic(incumbent) << ": the heuristic's own tactic was rejected";
+    int differing = 0;
+    for (const auto& x : r.rejected)
+      differing += x.reason.find("row differs from the heuristic plan's") != std::string::npos;
+    std::printf("%s: %zu timed, %d rejected as differing from the heuristic plan\n",
+                r.gemm.epilogue == Epilogue::kSwiglu ? "FC1" : "FC2", r.timed.size(), differing);
+    EXPECT_GT(differing, 0) << "no candidate rejected for its rows";
+  }
 }
 
 }  // namespace

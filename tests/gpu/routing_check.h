@@ -1,0 +1,54 @@
+// The GPU's routing against the float64 reference's, for the routing and the layer tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "fp4moe/moe.h"
+
+namespace fp4moe::test {
+
+// ids and weights [T, k] as the GPU routed them, against route_reference on the same logits and
+// correction bias (empty: zeros). Each slot holds the reference's expert, its weight within
+// weight_tol x (1 + |weight|); float32 (GPU) and float64 (reference) scores may order a near-tie
+// differently, so a differing expert passes only where the two experts' choice scores are within
+// 1e-6 of each other, and only a few times (rounding, not a wrong choice). Ids out of [0, E)
+// fail before anything is looked up with them.
+inline void expect_routing_matches_reference(const RoutingConfig& cfg, const std::vector<float>& logits,
+                                             std::span<const float> bias, int64_t T, int E,
+                                             const std::vector<int32_t>& ids, const std::vector<float>& weights,
+                                             double weight_tol, const std::string& where) {
+  const int k = cfg.top_k;
+  ASSERT_EQ(ids.size(), static_cast<size_t>(T * k)) << where;
+  ASSERT_EQ(weights.size(), ids.size()) << where;
+  for (int64_t i = 0; i < T * k; ++i)
+    ASSERT_TRUE(ids[i] >= 0 && ids[i] < E) << where << ": token " << i / k << " slot " << i % k << " id " << ids[i];
+  const bool softmax = cfg.mode == RoutingMode::kSoftmaxTopK;
+  const Routing ref = route_reference(cfg, logits, T, E, softmax ? std::span<const float>{} : bias);
+  auto choice = [&](int64_t t, int e) {
+    const double l = logits[t * E + e];
+    if (softmax) return l;  // softmax selects by logit
+    return 1.0 / (1.0 + std::exp(-l)) + (bias.empty() ? 0.0 : bias[e]);
+  };
+  int64_t near_ties = 0;
+  for (int64_t i = 0; i < T * k; ++i) {
+    if (ids[i] == ref.ids[i]) {
+      EXPECT_NEAR(weights[i], ref.weights[i], weight_tol * (1 + std::fabs(ref.weights[i])))
+          << where << ": token " << i / k << " slot " << i % k;
+      continue;
+    }
+    const int64_t t = i / k;
+    const double gap = std::fabs(choice(t, ids[i]) - choice(t, ref.ids[i]));
+    EXPECT_LT(gap, 1e-6) << where << ": token " << t << " slot " << i % k << ": GPU chose " << ids[i]
+                         << ", reference " << ref.ids[i];
+    ++near_ties;
+  }
+  EXPECT_LE(near_ties, 2 + T * k / 2000) << where << ": too many near-ties to be rounding";
+}
+
+}  // namespace fp4moe::test
