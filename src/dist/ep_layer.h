@@ -2,10 +2,11 @@
 // (fp4moe/sharding.h) and the shared expert, and its own tokens. One forward:
 //   1. route the rank's tokens over all E experts (the single-GPU routing kernel): the permuted
 //      rows come grouped by expert, hence by the rank that owns the expert;
-//   2. gather the rows' hidden states; all-gather every rank's per-expert counts (the one host
-//      synchronization: NCCL takes its message sizes from the host);
-//   3. dispatch: NCCL send/recv, the rows of expert e to e's rank, received in expert order
-//      (source ranks in order inside each expert);
+//   2. gather the rows' hidden states; all-gather every rank's expert offsets [E + 1] (the one
+//      host synchronization: NCCL takes its message sizes from the host);
+//   3. dispatch: NCCL send/recv, one of each per peer (a rank's rows of a peer's experts are one
+//      range of its permuted rows), received source-major: each source rank's rows, by local
+//      expert within them;
 //   4. the local experts on the received rows: the single-GPU layer over E/P experts, driven by
 //      one-hot router logits (top-1, weight exactly 1), so every row comes back as bf16 expert(x);
 //   5. return: the reverse send/recv, each row to the slot it left;
@@ -58,7 +59,7 @@ class EpMoeLayer {
   // per call
   DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, chunk_counts_;
   DeviceBuffer send_rows_, back_rows_, recv_rows_, recv_out_, onehot_, recv_offsets_, all_counts_, ones_, shared_out_;
-  std::vector<int> host_counts_;  // [world][E]
+  std::vector<int> host_counts_;  // [world][E + 1]: every rank's expert offsets
   int64_t sent_ = 0, received_ = 0;
 };
 
