@@ -29,6 +29,12 @@ def expect_one_line_error(p, needle):
         failures.append(f"expected one error line containing {needle!r}, got {p.stderr!r}")
 
 
+def expect_errors(cases):
+    """Each (args, exit code, text): one error line containing the text, that exit code."""
+    for args, rc, needle in cases:
+        expect_one_line_error(run(*args, expect_rc=rc), needle)
+
+
 def check(cond, msg):
     if not cond:
         failures.append(msg)
@@ -49,7 +55,7 @@ mean_abs = [float(line.split("mean |out|")[1].split()[0]) for line in cs if "mea
 check(len(mean_abs) == 1 and np.isfinite(mean_abs[0]) and mean_abs[0] > 0, f"run output's mean |out|: {cs}")
 
 # bad input: one line on stderr, non-zero exit, no crash
-for args, rc, needle in [
+expect_errors([
         (("run", "--tokens", "0"), USAGE, "tokens"),
         (("run", "--preset", "glm6"), USAGE, "preset"),
         (("run", "--hidden", "100"), FAILURE, "multiple of"),
@@ -58,8 +64,7 @@ for args, rc, needle in [
         (("tune", "--tokens", "1,2,"), USAGE, "'' is not a token count"),
         (("bench", "--tokens", "1,0"), USAGE, "'0' is not a token count"),
         (("frobnicate",), USAGE, "unknown command 'frobnicate' (commands: info, quantize, run,"),
-]:
-    expect_one_line_error(run(*args, expect_rc=rc), needle)
+])
 # Softmax top-k has no expert groups: a preset's go with --routing softmax, typed ones are refused.
 expect_one_line_error(run("run", "--preset", "deepseek-v3", "--routing", "softmax", "--n-group", "8", expect_rc=FAILURE),
                       "softmax top-k routing has no expert groups (n_group = 8, topk_group = 1")
@@ -67,7 +72,7 @@ p = run("run", "--preset", "deepseek-v3", "--routing", "softmax", "--hidden", "6
         "--device", "cpu")
 check("softmax_topk (n_group 1, topk_group 1" in p.stdout, f"--routing softmax kept the preset's groups: {p.stdout}")
 # A shape override given is applied, 0 included: validation names it, never the preset's value.
-for args, rc, needle in [
+expect_errors([
         (("run", "--experts", "0"), FAILURE, "number of experts must be > 0"),
         (("run", "--top-k", "0"), FAILURE, "top_k = 0"),
         (("run", "--hidden", "0"), FAILURE, "hidden size must be > 0"),
@@ -78,29 +83,26 @@ for args, rc, needle in [
         (("bench", "--skew", "-1"), USAGE, "'-1' is not a finite number in [0, 1000]"),
         (("run", "--skew", "1e39"), USAGE, "--skew: '1e39' is not a finite number in [0, 1000]"),
         (("run", "--threads", "-5"), USAGE, "--threads"),
-]:
-    expect_one_line_error(run(*args, expect_rc=rc), needle)
+])
 # A batch larger than the host's memory fails before the work, with the sizes (no bad_alloc).
 expect_one_line_error(run("run", "--tokens", "16777216", "--device", "cpu", expect_rc=FAILURE), "GB of host memory")
 # Tensor parallel: refused splits and options, before any GPU or NCCL is needed.
-for args, rc, needle in [
+expect_errors([
         (("bench", "--preset", "glm5-tp8", "--tp", "32"), FAILURE, "multiples of 16"),
         (("bench", "--tp", "2", "--json", "/tmp/x.json"), FAILURE, "--tp takes"),
         (("bench", "--tp", "1"), USAGE, "--tp"),
         (("quantize", "/nonexistent.npy", "/tmp/x"), FAILURE, "cannot open"),
-]:
-    expect_one_line_error(run(*args, expect_rc=rc), needle)
+])
 # Numbers as typed: no wrapped seed, no saturated width, no NaN through a range, K a multiple of 16.
 expect_one_line_error(run("run", "--seed", "-1", expect_rc=USAGE), "'-1' is not an integer")
 expect_one_line_error(run("run", "--hidden", "99999999999999999999999", expect_rc=USAGE),
                       "'99999999999999999999999' is not an integer")
-for args, rc, needle in [
+expect_errors([
         (("run", "--hidden", str(1 << 30)), FAILURE, "exceeds 2^20"),
         (("bench", "--warmup-ms", "nan"), USAGE, "'nan' is not a finite number"),
         (("tune", "--margin", "nan"), USAGE, "'nan' is not a finite number"),
         (("tactics", "--k", "17"), USAGE, "not a multiple of the NVFP4 block size 16"),
-]:
-    expect_one_line_error(run(*args, expect_rc=rc), needle)
+])
 # Outputs that cannot be written are refused before the run; options a checkpoint or an input
 # file fix cannot be given beside it.
 expect_one_line_error(run("run", "--output", "/nonexistent/dir/y.npy", expect_rc=FAILURE), "does not exist")

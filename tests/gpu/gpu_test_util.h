@@ -18,6 +18,12 @@
 
 namespace fp4moe::test {
 
+// The CUDA query, once per process: the gates and gpu() below read it.
+inline const CudaEnvironment& cuda_environment() {
+  static const CudaEnvironment env = query_cuda_environment();
+  return env;
+}
+
 // Whether this process can run the GPU tests, and if not, whether that is a skip or a failure.
 struct GpuTestGate {
   bool skip = false;   // no GPU on this machine: the tests report "skipped"
@@ -34,7 +40,7 @@ inline const GpuTestGate& gpu_presence_gate() {
     GpuTestGate g;
     const char* required = std::getenv("FP4MOE_GPU_TESTS_REQUIRED");
     const bool must = required != nullptr && std::string(required) == "1";
-    const CudaEnvironment env = query_cuda_environment();
+    const CudaEnvironment& env = cuda_environment();
     if (!env.devices.empty()) return g;
     g.skip = env.no_gpu && !must;
     g.fail = !g.skip;
@@ -51,7 +57,7 @@ inline const GpuTestGate& gpu_test_gate() {
   static const GpuTestGate gate = [] {
     GpuTestGate g = gpu_presence_gate();
     if (g.skip || g.fail) return g;
-    const BuildSupport support = build_support_for(query_cuda_environment().devices[0]);
+    const BuildSupport support = build_support_for(cuda_environment().devices[0]);
     g.fail = !support.runs;
     g.reason = support.why;
     return g;
@@ -62,7 +68,7 @@ inline const GpuTestGate& gpu_test_gate() {
 // GPU 0 as this build's kernels see it (gpu_for_build: the PTX's architecture where the driver
 // JIT-compiles an earlier major version's), as the layer plans for it. After FP4MOE_REQUIRE_GPU.
 inline const GpuSpec& gpu() {
-  static const GpuSpec g = gpu_for_build(query_cuda_environment().devices.at(0));
+  static const GpuSpec g = gpu_for_build(cuda_environment().devices.at(0));
   return g;
 }
 

@@ -75,11 +75,12 @@ RunResult run_layer(GpuMoeLayer& layer, const std::vector<float>& hidden, const 
   DeviceBuffer dout = test::to_device(std::vector<uint16_t>(tokens * cfg.hidden, opt.out_fill));
   if (opt.reserve_first) {
     layer.reserve(tokens);
-    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());  // a call before on another stream has ended
+    // (after a call on another stream has ended; the memsets and the call below share the
+    // legacy stream, which orders them)
+    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
     FP4MOE_CUDA_CHECK(cudaMemset(const_cast<int32_t*>(layer.topk_ids()), 0xFF, slots * sizeof(int32_t)));
     FP4MOE_CUDA_CHECK(cudaMemset(const_cast<float*>(layer.topk_weights()), 0xFF, slots * sizeof(float)));
   }
-  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
   layer.forward(dh.get<uint16_t>(), dl.get<float>(), tokens, dout.get<uint16_t>(), nullptr, plan);
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
   RunResult r;
@@ -313,12 +314,14 @@ TEST(GpuLayer, PrefillFamilyMatchesReferenceOnGlm5) {
   // token tile, sampled tokens against the reference too): the reference sees only 24 tokens of
   // thousands, and a wrong unit (one expert's row block in one token tile) would rarely meet
   // one. Two correct plans differ by fp32 summation order and bf16 rounding alone.
-  LayerPlan decode;
-  decode.fc1.tile_tokens = decode.fc2.tile_tokens = 0;
-  for (const Tactic& t : tactics_of(Epilogue::kSwiglu))
-    if (t.family == Family::kW4a16Mma && t.tile_tokens >= decode.fc1.tile_tokens) decode.fc1 = t;
-  for (const Tactic& t : tactics_of(Epilogue::kFinalize))
-    if (t.family == Family::kW4a16Mma && t.tile_tokens >= decode.fc2.tile_tokens) decode.fc2 = t;
+  auto widest_decode_tactic = [](Epilogue ep) {
+    Tactic widest;
+    widest.tile_tokens = 0;
+    for (const Tactic& t : tactics_of(ep))
+      if (t.family == Family::kW4a16Mma && t.tile_tokens >= widest.tile_tokens) widest = t;
+    return widest;
+  };
+  const LayerPlan decode{widest_decode_tactic(Epilogue::kSwiglu), widest_decode_tactic(Epilogue::kFinalize)};
   ASSERT_EQ(decode.fc1.epilogue, Epilogue::kSwiglu);
   ASSERT_EQ(decode.fc2.epilogue, Epilogue::kFinalize);
   uint64_t seed = 3000;
