@@ -54,6 +54,25 @@ bool rank_timed(std::vector<TimedTactic>& timed, const Tactic& incumbent, double
   return true;
 }
 
+std::vector<Tactic> fc2_candidates(const std::vector<Tactic>& candidates, const Tactic& fc1_winner,
+                                   std::vector<RejectedTactic>& rejected) {
+  const bool together = runs_gemms_together(fc1_winner.family);
+  Tactic twin = fc1_winner;
+  twin.epilogue = Epilogue::kFinalize;
+  std::vector<Tactic> out;
+  if (together) out.push_back(twin);  // FC2's own list need not hold it (a model verdict there is FC1's too)
+  for (const Tactic& t : candidates) {
+    if (together && !(t == twin))
+      rejected.push_back({t, "FC1's winner " + format_tactic(fc1_winner) + " runs both GEMMs: FC2 is its twin"});
+    else if (!together && runs_gemms_together(t.family))
+      rejected.push_back({t, "runs both GEMMs, and FC1's winner " + format_tactic(fc1_winner) +
+                                 " does not: FC1's ranking timed this plan whole and passed over it"});
+    else if (!together)
+      out.push_back(t);
+  }
+  return out;
+}
+
 namespace {
 
 // timed[1], where the heuristic's tactic was kept over it (a finalist, faster in the same turns).

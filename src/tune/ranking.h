@@ -24,6 +24,15 @@ std::vector<size_t> pick_finalists(const std::vector<TimedTactic>& timed, const 
 // says so).
 bool rank_timed(std::vector<TimedTactic>& timed, const Tactic& incumbent, double keep_margin);
 
+// FC2's candidates once FC1 is ranked. A family that runs both GEMMs (runs_gemms_together) is
+// timed as a whole plan with its twin in FC1's ranking: where FC1's winner is such a tactic, FC2
+// is its twin alone; where it is not, FC2 takes none of those families - their tactic would
+// bring its own FC1 with it, a plan FC1's ranking already timed and passed over, and a cache
+// holding FC1's winner beside it would be a plan the layer refuses (gpu_layer.cu). What is
+// dropped goes to `rejected` with the reason.
+std::vector<Tactic> fc2_candidates(const std::vector<Tactic>& candidates, const Tactic& fc1_winner,
+                                   std::vector<RejectedTactic>& rejected);
+
 // The pairs (TuneOptions::time_pairs) to time once both GEMMs of a bucket are ranked: none unless
 // FC1 kept the heuristic's tactic over a faster finalist c1 (its timed[1]); then the winners'
 // plan (w1, w2) first and (c1, w2), and where FC2 too kept its heuristic tactic over a faster c2,

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "fp4moe/error.h"
 
 namespace fp4moe {
@@ -170,6 +173,39 @@ TEST(ChoosePair, TheWinnersUnlessAPairBeatsThemByTheMargin) {
   std::swap(bad[0], bad[1]);
   EXPECT_THROW(choose_pair(bad, a, b, 0.025), Error);
   EXPECT_THROW(choose_pair(pairs({{100}, {}, {99}, {98}}), a, b, 0.025), Error);
+}
+
+TEST(Fc2Candidates, TheTwinOfATogetherWinnerElseNoneOfThoseFamilies) {
+  const Tactic mma{Family::kW4a16Mma, 128, 8, 256, 4, 8, 1, Epilogue::kFinalize, false};
+  const Tactic wgmma{Family::kW4a16Wgmma, 256, 64, 64, 4, 20, 1, Epilogue::kFinalize, false};
+  const Tactic gemv{Family::kW4a16Gemv, 16, 8, 256, 2, 6, 1, Epilogue::kFinalize, false};
+  const Tactic fused{Family::kW4a16Fused, 64, 8, 256, 3, 8, 1, Epilogue::kFinalize, false};
+  const std::vector<Tactic> all = {mma, gemv, wgmma, fused};
+  auto fc1 = [](Tactic t) {
+    t.epilogue = Epilogue::kSwiglu;
+    return t;
+  };
+  auto rejected_with = [](const std::vector<RejectedTactic>& r, const std::string& needle) {
+    std::vector<Tactic> out;
+    for (const auto& x : r) {
+      EXPECT_NE(x.reason.find(needle), std::string::npos) << x.reason;
+      out.push_back(x.tactic);
+    }
+    return out;
+  };
+  // A stream-K winner: the stream-K families only. Before, a gemv FC2 could win here - timed
+  // with its own FC1 - and be cached beside the stream-K FC1, a plan the layer refuses.
+  std::vector<RejectedTactic> rejected;
+  EXPECT_EQ(fc2_candidates(all, fc1(mma), rejected), (std::vector<Tactic>{mma, wgmma}));
+  EXPECT_EQ(rejected_with(rejected, "runs both GEMMs, and FC1's winner"), (std::vector<Tactic>{gemv, fused}));
+  // A winner that runs both GEMMs: its twin alone, the others set aside.
+  rejected.clear();
+  EXPECT_EQ(fc2_candidates(all, fc1(gemv), rejected), (std::vector<Tactic>{gemv}));
+  EXPECT_EQ(rejected_with(rejected, "runs both GEMMs: FC2 is its twin"), (std::vector<Tactic>{mma, wgmma, fused}));
+  // The twin even where FC2's own list lacks it (FC1's ranking timed the pair).
+  rejected.clear();
+  EXPECT_EQ(fc2_candidates({mma}, fc1(fused), rejected), (std::vector<Tactic>{fused}));
+  EXPECT_EQ(rejected.size(), 1u);
 }
 
 TEST(RankTimed, ACandidateWithoutATimingIsAnError) {

@@ -228,16 +228,9 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       r.bucket = T;
       r.gemm = stage == 1 ? fc1_key(cfg) : fc2_key(cfg);
       std::vector<Tactic> cands = candidates(stage == 1 ? Epilogue::kSwiglu : Epilogue::kFinalize, T, r);
-      // FC1's winner runs both GEMMs (runs_gemms_together): FC2 can only be its twin, the other
-      // FC2 tactics are listed as set aside for that reason.
-      if (stage == 2 && runs_gemms_together(fc1_best.family)) {
-        Tactic twin = fc1_best;
-        twin.epilogue = Epilogue::kFinalize;
-        for (const Tactic& t : cands)
-          if (!(t == twin))
-            r.rejected.push_back({t, "FC1's winner " + format_tactic(fc1_best) + " runs both GEMMs: FC2 is its twin"});
-        cands = {twin};
-      }
+      // FC2 with FC1's winner: its twin alone where that runs both GEMMs, else none of those
+      // families (ranking.h); the others are listed as set aside with the reason.
+      if (stage == 2) cands = fc2_candidates(cands, fc1_best, r.rejected);
       std::vector<LayerPlan> plans;  // plans[i]: the plan r.timed[i] was timed in
       for (const Tactic& t : cands) {
         if (opt.progress)
@@ -249,8 +242,8 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
           plan.fc2 = t;
         }
         // w4a16_gemv and w4a16_fused run both GEMMs or neither: the other GEMM takes the
-        // candidate's twin (same shape, other epilogue), or the stream-K / prefill families'
-        // heuristic tactic.
+        // candidate's twin (same shape, other epilogue), or, for FC1's candidates where the
+        // heuristic's FC2 is such a tactic, the stream-K / prefill families' heuristic FC2.
         Tactic& other = stage == 1 ? plan.fc2 : plan.fc1;
         const Epilogue other_ep = stage == 1 ? Epilogue::kFinalize : Epilogue::kSwiglu;
         if (runs_gemms_together(t.family)) {

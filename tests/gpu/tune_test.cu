@@ -83,7 +83,8 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
     EXPECT_EQ(handed[i].heuristic_kept, results[i].heuristic_kept);
   }
   for (bool started : next_started) EXPECT_FALSE(started) << "a bucket was handed over after the next one began";
-  for (const TuneResult& r : results) {
+  for (size_t ri = 0; ri < results.size(); ++ri) {
+    const TuneResult& r = results[ri];
     size_t compiled = 0;
     for (const Tactic& t : compiled_w4a16_tactics()) compiled += t.epilogue == r.gemm.epilogue;
     EXPECT_EQ(r.timed.size() + r.rejected.size(), compiled) << "every compiled tactic is accounted for";
@@ -92,9 +93,19 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
     // median) first, the others (first pass only) after them; fastest first within each, except
     // that the heuristic's tactic leads when within the margin of the fastest.
     auto finalist = [](const TimedTactic& c) { return !c.interleaved_us.empty(); };
-    if (r.gemm.epilogue == Epilogue::kFinalize && runs_gemms_together(r.timed[0].tactic.family)) {
-      // FC1's winner runs both GEMMs (small batch, fused): FC2's one candidate is its twin.
-      EXPECT_EQ(r.timed.size(), 1u) << "T = " << r.bucket;
+    // FC2 is ranked with FC1's winner (results[ri - 1].timed[0]): where that runs both GEMMs
+    // (small batch, fused), FC2's one candidate is its twin; where it does not, no FC2 candidate
+    // may (its plan would bring another FC1).
+    const bool fc1_together = r.gemm.epilogue == Epilogue::kFinalize && ri > 0 &&
+                              runs_gemms_together(results[ri - 1].timed[0].tactic.family);
+    if (r.gemm.epilogue == Epilogue::kFinalize && !fc1_together)
+      for (const TimedTactic& c : r.timed)
+        EXPECT_FALSE(runs_gemms_together(c.tactic.family)) << "T = " << r.bucket << ": " << format_tactic(c.tactic);
+    if (fc1_together) {
+      ASSERT_EQ(r.timed.size(), 1u) << "T = " << r.bucket;
+      Tactic twin = results[ri - 1].timed[0].tactic;
+      twin.epilogue = Epilogue::kFinalize;
+      EXPECT_EQ(r.timed[0].tactic, twin) << "T = " << r.bucket;
     } else {
       ASSERT_GE(r.timed.size(), 2u) << "T = " << r.bucket << ": one tactic timed, nothing compared";
       EXPECT_TRUE(finalist(r.timed[0]) && finalist(r.timed[1])) << "T = " << r.bucket << ": no finalists";
@@ -128,7 +139,8 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
       ASSERT_GE(r.timed.size(), 2u);
       const LayerPlan h = layer->plan_for_heuristic(r.bucket);
       EXPECT_EQ(r.timed[0].tactic, r.gemm.epilogue == Epilogue::kSwiglu ? h.fc1 : h.fc2);
-      EXPECT_GT(r.timed[0].time_us, r.timed[1].time_us);
+      // (No faster than timed[1]; a tie keeps it too: event times step by ~0.5 us.)
+      EXPECT_GE(r.timed[0].time_us, r.timed[1].time_us);
       EXPECT_LE(r.timed[0].time_us, r.timed[1].time_us * (1 + o.keep_heuristic_margin));
     }
     for (const auto& x : r.rejected) std::printf("rejected %s: %s\n", format_tactic(x.tactic).c_str(), x.reason.c_str());
@@ -247,20 +259,22 @@ TEST(Tuner, ForeignWeightsAndEntriesTheLayerCannotRunAreRefused) {
 // with the row bound at 1e-9 every tactic whose fp32 summation order differs from the
 // heuristic's is wrong by that bound (two correct plans differ by ~1e-3), while the heuristic's
 // own tactic, whose plan is the heuristic plan, passes. With correct kernels the default bound
-// rejects nothing, so only this shows the check can reject at all.
+// rejects nothing, so only this shows the check can reject at all. Orders differ in FC1 (stream-K
+// cuts, wgmma against mma.sync) and reach the output through the activations' bf16 rounding,
+// a flip in ~1e-5 of them: T = 256 gives each such candidate ~5e5 activations.
 TEST(Tuner, RejectsACandidateWhoseRowsDifferFromTheHeuristicPlan) {
   FP4MOE_REQUIRE_GPU();
   const MoeWeights w = seeded_weights(small_tp8_config(), 7);
   auto layer = uncached_layer(w);
   TuneOptions o;
-  o.buckets = {64};
+  o.buckets = {256};
   o.iters = 1;
   o.finalist_cycles = 0;
   o.time_pairs = false;
   o.max_row_rel_error = 1e-9;
   const std::vector<TuneResult> results = tune_layer(*layer, w, o);
   ASSERT_EQ(results.size(), 2u);
-  const LayerPlan hp = layer->plan_for_heuristic(64);
+  const LayerPlan hp = layer->plan_for_heuristic(256);
   int differing = 0;  // over both GEMMs: a GEMM's tactics may all sum in the heuristic's order
   for (const TuneResult& r : results) {
     const Tactic incumbent = r.gemm.epilogue == Epilogue::kSwiglu ? hp.fc1 : hp.fc2;
