@@ -52,7 +52,7 @@ struct CudaEnvironment {
   // false where one is there but the runtime cannot use it (a driver older than the runtime, a
   // device the runtime cannot query: `error` says which) - a fault to report, not an absence.
   bool no_gpu = false;
-  std::vector<GpuSpec> devices;
+  std::vector<GpuSpec> devices;  // devices[i] is CUDA device i (the list stops at one it cannot query)
 };
 // Queries the CUDA runtime; never throws (a machine without GPU or driver gives no devices and
 // the reason in `error`).

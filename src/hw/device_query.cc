@@ -38,10 +38,12 @@ CudaEnvironment query_cuda_environment() {
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp p{};
     if (const cudaError_t e = cudaGetDeviceProperties(&p, i); e != cudaSuccess) {
-      // Left out of `devices`, but said: a GPU the runtime cannot query is not an absent one.
+      // Said, not dropped: a GPU the runtime cannot query is not an absent one. The list stops
+      // here: a position in `devices` is the CUDA ordinal the layer and --device use, so a GPU
+      // after this one cannot be listed without taking another's number.
       env.error = "GPU " + std::to_string(i) + ": " + cudaGetErrorString(e);
       cudaGetLastError();
-      continue;
+      break;
     }
     GpuSpec g;
     g.name = p.name;
