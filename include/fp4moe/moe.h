@@ -86,6 +86,10 @@ struct Routing {
 std::vector<float> router_logits_reference(std::span<const float> hidden, int64_t tokens,
                                            const MoeWeights& w);
 
+// noaux_tc's group scores: per group of n_group equal groups of `choice` (one token's choice
+// scores, sigmoid + correction bias), the sum of its two largest.
+std::vector<double> expert_group_scores(std::span<const double> choice, int n_group);
+
 // Deterministic top-k routing (semantics in docs/ROUTING.md): ties between equal scores go to
 // the lower expert index (and the lower group index), as a stable sort would order them.
 Routing route_reference(const RoutingConfig& cfg, std::span<const float> logits, int64_t tokens,

@@ -74,6 +74,11 @@ constexpr Tactic decode_tactic(unsigned long long c) {
 // for FC1 (epilogue swiglu) and FC2 (finalize): w4a16_gemv (FC1 routes in every CTA, FC2 reads
 // its [token][slot] rows) and w4a16_fused (one launch for the whole layer).
 constexpr bool runs_gemms_together(Family f) { return f == Family::kW4a16Gemv || f == Family::kW4a16Fused; }
+// The same shape with another epilogue: such a tactic's twin for the other GEMM.
+inline Tactic with_epilogue(Tactic t, Epilogue e) {
+  t.epilogue = e;
+  return t;
+}
 
 const char* to_string(Family f);
 const char* to_string(Epilogue e);

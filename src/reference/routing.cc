@@ -12,6 +12,7 @@
 // expert / group index. Scores are evaluated in double from the float32 logits.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "fp4moe/error.h"
@@ -33,6 +34,20 @@ std::vector<int> top_k_indices(const std::vector<double>& v, int k,
 }
 
 }  // namespace
+
+std::vector<double> expert_group_scores(std::span<const double> choice, int n_group) {
+  FP4MOE_CHECK(n_group >= 1 && choice.size() % n_group == 0, "route: ", choice.size(), " experts in ", n_group,
+               " equal groups");
+  const size_t per_group = choice.size() / n_group;
+  std::vector<double> out(n_group);
+  for (int g = 0; g < n_group; ++g) {
+    std::vector<double> members(choice.begin() + g * per_group, choice.begin() + (g + 1) * per_group);
+    std::partial_sort(members.begin(), members.begin() + std::min<size_t>(2, per_group), members.end(),
+                      std::greater<>());
+    out[g] = members[0] + (per_group > 1 ? members[1] : 0.0);
+  }
+  return out;
+}
 
 Routing route_reference(const RoutingConfig& cfg, std::span<const float> logits, int64_t tokens,
                         int num_experts, std::span<const float> correction_bias) {
@@ -84,15 +99,7 @@ Routing route_reference(const RoutingConfig& cfg, std::span<const float> logits,
       std::vector<bool> allowed(E, true);
       if (cfg.topk_group < cfg.n_group) {
         const int per_group = E / cfg.n_group;
-        std::vector<double> group_score(cfg.n_group);
-        for (int g = 0; g < cfg.n_group; ++g) {
-          std::vector<double> members(choice.begin() + g * per_group,
-                                      choice.begin() + (g + 1) * per_group);
-          std::partial_sort(members.begin(), members.begin() + std::min(2, per_group),
-                            members.end(), std::greater<>());
-          group_score[g] = members[0] + (per_group > 1 ? members[1] : 0.0);
-        }
-        const std::vector<int> groups = top_k_indices(group_score, cfg.topk_group);
+        const std::vector<int> groups = top_k_indices(expert_group_scores(choice, cfg.n_group), cfg.topk_group);
         std::fill(allowed.begin(), allowed.end(), false);
         for (int g : groups)
           std::fill(allowed.begin() + g * per_group, allowed.begin() + (g + 1) * per_group, true);

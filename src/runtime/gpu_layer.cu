@@ -81,9 +81,7 @@ bool plan_pairs_gemms(const LayerPlan& plan) {
   if (together != runs_gemms_together(plan.fc2.family)) return false;
   if (!together) return true;
   if (plan.fc1.family != plan.fc2.family) return false;
-  Tactic fc1_as_fc2 = plan.fc1;
-  fc1_as_fc2.epilogue = plan.fc2.epilogue;
-  return plan.fc1.family != Family::kW4a16Fused || fc1_as_fc2 == plan.fc2;
+  return plan.fc1.family != Family::kW4a16Fused || with_epilogue(plan.fc1, plan.fc2.epilogue) == plan.fc2;
 }
 
 class GpuMoeLayerImpl final : public GpuMoeLayer {

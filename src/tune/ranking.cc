@@ -56,20 +56,21 @@ bool rank_timed(std::vector<TimedTactic>& timed, const Tactic& incumbent, double
 
 std::vector<Tactic> fc2_candidates(const std::vector<Tactic>& candidates, const Tactic& fc1_winner,
                                    std::vector<RejectedTactic>& rejected) {
-  const bool together = runs_gemms_together(fc1_winner.family);
-  Tactic twin = fc1_winner;
-  twin.epilogue = Epilogue::kFinalize;
+  if (runs_gemms_together(fc1_winner.family)) {
+    // The twin alone, whether or not FC2's own list holds it (a model verdict there is FC1's too).
+    const Tactic twin = with_epilogue(fc1_winner, Epilogue::kFinalize);
+    for (const Tactic& t : candidates)
+      if (!(t == twin))
+        rejected.push_back({t, "FC1's winner " + format_tactic(fc1_winner) + " runs both GEMMs: FC2 is its twin"});
+    return {twin};
+  }
   std::vector<Tactic> out;
-  if (together) out.push_back(twin);  // FC2's own list need not hold it (a model verdict there is FC1's too)
-  for (const Tactic& t : candidates) {
-    if (together && !(t == twin))
-      rejected.push_back({t, "FC1's winner " + format_tactic(fc1_winner) + " runs both GEMMs: FC2 is its twin"});
-    else if (!together && runs_gemms_together(t.family))
+  for (const Tactic& t : candidates)
+    if (runs_gemms_together(t.family))
       rejected.push_back({t, "runs both GEMMs, and FC1's winner " + format_tactic(fc1_winner) +
                                  " does not: FC1's ranking timed this plan whole and passed over it"});
-    else if (!together)
+    else
       out.push_back(t);
-  }
   return out;
 }
 

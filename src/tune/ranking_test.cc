@@ -181,10 +181,7 @@ TEST(Fc2Candidates, TheTwinOfATogetherWinnerElseNoneOfThoseFamilies) {
   const Tactic gemv{Family::kW4a16Gemv, 16, 8, 256, 2, 6, 1, Epilogue::kFinalize, false};
   const Tactic fused{Family::kW4a16Fused, 64, 8, 256, 3, 8, 1, Epilogue::kFinalize, false};
   const std::vector<Tactic> all = {mma, gemv, wgmma, fused};
-  auto fc1 = [](Tactic t) {
-    t.epilogue = Epilogue::kSwiglu;
-    return t;
-  };
+  auto fc1 = [](const Tactic& t) { return with_epilogue(t, Epilogue::kSwiglu); };
   auto rejected_with = [](const std::vector<RejectedTactic>& r, const std::string& needle) {
     std::vector<Tactic> out;
     for (const auto& x : r) {

@@ -247,8 +247,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
         Tactic& other = stage == 1 ? plan.fc2 : plan.fc1;
         const Epilogue other_ep = stage == 1 ? Epilogue::kFinalize : Epilogue::kSwiglu;
         if (runs_gemms_together(t.family)) {
-          other = t;
-          other.epilogue = other_ep;
+          other = with_epilogue(t, other_ep);
         } else if (runs_gemms_together(other.family)) {
           other = heuristic_tactic(cfg, T, gpu, other_ep);
         }

@@ -40,26 +40,21 @@ inline void expect_routing_matches_reference(const RoutingConfig& cfg, const std
     if (softmax) return l;  // softmax selects by logit
     return 1.0 / (1.0 + std::exp(-l)) + (bias.empty() ? 0.0 : bias[e]);
   };
-  // A group's score as the reference has it: the sum of its two best choice scores.
   const bool grouped = !softmax && cfg.topk_group < cfg.n_group;
-  const int per_group = grouped ? E / cfg.n_group : E;
-  std::vector<double> group_score(grouped ? cfg.n_group : 0);
+  // Whether expert e is of a group that near-ties the last kept one of token t, or beats it:
+  // where the topk_group-th group score and the next lie within 1e-6, float32 may keep either.
+  auto of_tied_group = [&](int64_t t, int e) {
+    if (!grouped) return false;
+    std::vector<double> c(E);
+    for (int x = 0; x < E; ++x) c[x] = choice(t, x);
+    const std::vector<double> group_score = expert_group_scores(c, cfg.n_group);
+    std::vector<double> sorted = group_score;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    const double last_kept = sorted[cfg.topk_group - 1];
+    return last_kept - sorted[cfg.topk_group] < 1e-6 && group_score[e / (E / cfg.n_group)] >= last_kept - 1e-6;
+  };
   int64_t near_ties = 0;  // tokens
   for (int64_t t = 0; t < T; ++t) {
-    double last_kept = 0;  // the topk_group-th group score; group_tie: the next one is within 1e-6
-    bool group_tie = false;
-    if (grouped) {
-      for (int g = 0; g < cfg.n_group; ++g) {
-        std::vector<double> m;
-        for (int e = g * per_group; e < (g + 1) * per_group; ++e) m.push_back(choice(t, e));
-        std::sort(m.begin(), m.end(), std::greater<>());
-        group_score[g] = m[0] + (per_group > 1 ? m[1] : 0.0);
-      }
-      std::vector<double> sorted = group_score;
-      std::sort(sorted.begin(), sorted.end(), std::greater<>());
-      last_kept = sorted[cfg.topk_group - 1];
-      group_tie = last_kept - sorted[cfg.topk_group] < 1e-6;
-    }
     // A near-tie swaps an expert at the top-k boundary: the token's normalized weights then all
     // differ from the reference's (its sum holds another expert's score), so none is compared.
     bool swapped = false;
@@ -68,8 +63,7 @@ inline void expect_routing_matches_reference(const RoutingConfig& cfg, const std
       if (ids[i] == ref.ids[i]) continue;
       swapped = true;
       const double gap = std::fabs(choice(t, ids[i]) - choice(t, ref.ids[i]));
-      const bool of_tied_group = group_tie && group_score[ids[i] / per_group] >= last_kept - 1e-6;
-      EXPECT_TRUE(gap < 1e-6 || of_tied_group)
+      EXPECT_TRUE(gap < 1e-6 || of_tied_group(t, ids[i]))
           << where << ": token " << t << " slot " << j << ": GPU chose " << ids[i] << ", reference " << ref.ids[i]
           << " (choice scores " << gap << " apart" << (grouped ? ", no near-tie of groups" : "") << ")";
     }

@@ -103,9 +103,8 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
         EXPECT_FALSE(runs_gemms_together(c.tactic.family)) << "T = " << r.bucket << ": " << format_tactic(c.tactic);
     if (fc1_together) {
       ASSERT_EQ(r.timed.size(), 1u) << "T = " << r.bucket;
-      Tactic twin = results[ri - 1].timed[0].tactic;
-      twin.epilogue = Epilogue::kFinalize;
-      EXPECT_EQ(r.timed[0].tactic, twin) << "T = " << r.bucket;
+      EXPECT_EQ(r.timed[0].tactic, with_epilogue(results[ri - 1].timed[0].tactic, Epilogue::kFinalize))
+          << "T = " << r.bucket;
     } else {
       ASSERT_GE(r.timed.size(), 2u) << "T = " << r.bucket << ": one tactic timed, nothing compared";
       EXPECT_TRUE(finalist(r.timed[0]) && finalist(r.timed[1])) << "T = " << r.bucket << ": no finalists";
