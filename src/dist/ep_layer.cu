@@ -102,6 +102,11 @@ EpMoeLayer::EpMoeLayer(const MoeWeights& w, const Shard& shard, ncclComm_t comm)
   FP4MOE_CHECK(shard.mode == ShardMode::kExpert, "EpMoeLayer: an expert-parallel shard is needed");
   w.validate();  // the expert list, the router's bias (uploaded as E floats) and its values
   validate_shard(cfg_, shard);
+  // The routing runs on the whole router here, not through the local layer (whose creation checks
+  // only its own one-expert routing): a shape its kernel refuses must be refused now, on every
+  // rank. Refused in forward(), it would throw only on the ranks with tokens, and the others
+  // would wait in the collective for them forever.
+  kernels::check_routing_shape(cfg_.num_experts, cfg_.routing.top_k, cfg_.routing.n_group, cfg_.routing.topk_group);
   const IndexRange mine = ep_experts(cfg_.num_experts, shard);
   local_begin_ = static_cast<int>(mine.begin);
   local_experts_ = static_cast<int>(mine.size());

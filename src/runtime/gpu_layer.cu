@@ -35,6 +35,7 @@
 #include "kernels/moe/routing.cuh"
 #include "kernels/moe/weight_prep.h"
 #include "runtime/device_buffer.h"
+#include "runtime/device_pointer.h"
 
 namespace fp4moe {
 namespace {
@@ -615,18 +616,22 @@ void GpuMoeLayerImpl::enqueue(const uint16_t* hidden, const float* logits, int64
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(logits) % 4 == 0,
                "forward: hidden and out must be 16-byte aligned and logits 4-byte aligned");
+  check_device_pointer("forward: hidden", hidden, device_);
+  check_device_pointer("forward: logits", logits, device_);
+  check_device_pointer("forward: out", out, device_);
   const LayerPlan plan = plan_in ? *plan_in : plan_for(tokens);
   const W4a16Kernel& k1 = kernel_for(plan.fc1, Epilogue::kSwiglu);
   const W4a16Kernel& k2 = kernel_for(plan.fc2, Epilogue::kFinalize);
   cudaStream_t s = stream;
-  ensure_workspace(tokens, plan, s);
   // What can refuse the call (a kernel that cannot run at this shape) refuses it before anything
-  // is enqueued.
-  grid_for(k1, k1.dynamic_smem_bytes(smem_shape(tokens, cfg_.hidden)));
-  grid_for(k2, k2.dynamic_smem_bytes(smem_shape(tokens, cfg_.intermediate)));
+  // is enqueued, and before the workspace grows for it: a refused call must neither keep the
+  // memory of a batch it does not run nor, under capture, be reported as wanting a reserve().
   if (runs_gemms_together(k1.tactic.family))
     FP4MOE_CHECK(tokens <= k1.tactic.tile_tokens, "GPU layer: tactic ", format_tactic(k1.tactic), " takes batches of 1..",
                  k1.tactic.tile_tokens, " tokens, got ", tokens);
+  grid_for(k1, k1.dynamic_smem_bytes(smem_shape(tokens, cfg_.hidden)));
+  grid_for(k2, k2.dynamic_smem_bytes(smem_shape(tokens, cfg_.intermediate)));
+  ensure_workspace(tokens, plan, s);
   if (k1.tactic.family == Family::kW4a16Gemv) {
     run_gemv(hidden, logits, tokens, out, s, k1, k2, record);
     return;

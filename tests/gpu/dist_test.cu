@@ -120,6 +120,18 @@ TEST(ExpertParallel, OneRankMatchesTheLayer) {
   ncclComm_t comm;
   FP4MOE_NCCL_CHECK(nccl.comm_init_all(&comm, 1, &dev));
   EpMoeLayer ep(full, {ShardMode::kExpert, 0, 1}, comm);
+  // A router its routing kernel cannot run (more slots than a warp has lanes) is refused when the
+  // layer is made, on every rank: refused in forward() only where a rank has tokens, it left the
+  // others waiting in the first collective.
+  {
+    MoeConfig wide = c;
+    wide.num_experts = 64;
+    wide.routing.top_k = 40;
+    SyntheticOptions so;
+    so.init = WeightInit::kRandomCodes;
+    EXPECT_TRUE(test::throws_error_naming([&] { EpMoeLayer(make_synthetic_moe(wide, so), {ShardMode::kExpert, 0, 1}, comm); },
+                                          "GPU routing: top_k 40 out of"));
+  }
   LayerOptions lo;
   lo.use_tuning_cache = false;
   const std::unique_ptr<GpuMoeLayer> whole = GpuMoeLayer::create(full, lo);

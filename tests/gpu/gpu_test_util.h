@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fp4moe/bf16.h"
+#include "fp4moe/error.h"
 #include "fp4moe/hw.h"
 #include "kernels/common/cuda_check.h"
 #include "runtime/device_buffer.h"
@@ -184,6 +185,19 @@ inline ::testing::AssertionResult within_tolerance(const Comparison& c) {
     return ::testing::AssertionFailure() << "token " << c.worst_row << "'s relative error " << c.worst_row_rel
                                          << " >= " << kRowTolerance << " (the whole output's " << c.rel_frobenius << ")";
   return ::testing::AssertionSuccess();
+}
+
+// Whether `call` throws fp4moe::Error with a message that holds `needle` (the refusal named
+// for what it is, not some other check tripping first); the failure quotes what was thrown.
+template <typename Call>
+::testing::AssertionResult throws_error_naming(Call&& call, const std::string& needle) {
+  try {
+    call();
+  } catch (const Error& e) {
+    if (std::string(e.what()).find(needle) != std::string::npos) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "the error \"" << e.what() << "\" does not name \"" << needle << "\"";
+  }
+  return ::testing::AssertionFailure() << "no error; expected one naming \"" << needle << "\"";
 }
 
 }  // namespace fp4moe::test

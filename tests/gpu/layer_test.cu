@@ -622,8 +622,27 @@ TEST(GpuLayer, RejectsBadInput) {
   EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 1, buf.get<uint16_t>(), nullptr, &mixed),
                Error);
   const LayerPlan small = c.layer->plan_for(1);
-  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 9, buf.get<uint16_t>(), nullptr, &small),
-               Error);
+  const int64_t limit = small.fc1.tile_tokens;
+  const std::string over_limit =
+      "takes batches of 1.." + std::to_string(limit) + " tokens, got " + std::to_string(limit + 1);
+  EXPECT_TRUE(test::throws_error_naming(
+      [&] { c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), limit + 1, buf.get<uint16_t>(), nullptr, &small); },
+      over_limit));
+  // The same under capture after reserve(limit): refused for the batch limit before the
+  // workspace is looked at (it was refused as "must grow ... call reserve()", which no reserve()
+  // cures).
+  c.layer->reserve(limit);
+  {
+    const OwnedStream s;
+    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    const ::testing::AssertionResult refused = test::throws_error_naming(
+        [&] { c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), limit + 1, buf.get<uint16_t>(), s, &small); },
+        over_limit);
+    cudaGraph_t g = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess) << "the refusal broke the capture";
+    if (g) FP4MOE_CUDA_CHECK(cudaGraphDestroy(g));
+    EXPECT_TRUE(refused);
+  }
   // The fused family (sm_90+): one kernel, so the same shape for both GEMMs, and up to 8 tokens.
   if (test::gpu().sm >= 90) {
     std::vector<Tactic> fused;
@@ -652,6 +671,37 @@ TEST(GpuLayer, RejectsBadInput) {
   EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 4,
                                 reinterpret_cast<uint16_t*>(buf.get<char>() + 8), nullptr),
                Error);
+  // Memory the kernels would fault on (a fault loses the process's CUDA context): named by
+  // argument, under capture too (the query must not break a capture in global mode).
+  std::vector<uint4> host_rows(1 << 16);
+  uint16_t* const host = reinterpret_cast<uint16_t*>(host_rows.data());
+  EXPECT_TRUE(test::throws_error_naming(
+      [&] { c.layer->forward(host, buf.get<float>(), 4, buf.get<uint16_t>(), nullptr); },
+      "forward: hidden is not CUDA memory"));
+  {
+    const OwnedStream s;
+    FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    const ::testing::AssertionResult refused = test::throws_error_naming(
+        [&] { c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 4, host, s); }, "forward: out is not CUDA memory");
+    cudaGraph_t g = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess) << "the pointer query broke the capture";
+    if (g) FP4MOE_CUDA_CHECK(cudaGraphDestroy(g));
+    EXPECT_TRUE(refused);
+  }
+  void* pinned = nullptr;
+  FP4MOE_CUDA_CHECK(cudaMallocHost(&pinned, 1 << 20));
+  EXPECT_TRUE(test::throws_error_naming(
+      [&] { c.layer->forward(buf.get<uint16_t>(), static_cast<float*>(pinned), 4, buf.get<uint16_t>(), nullptr); },
+      "forward: logits is host memory"));
+  FP4MOE_CUDA_CHECK(cudaFreeHost(pinned));
+  if (test::cuda_environment().devices.size() > 1) {  // another GPU's memory
+    FP4MOE_CUDA_CHECK(cudaSetDevice(1));
+    DeviceBuffer other(1 << 20);
+    FP4MOE_CUDA_CHECK(cudaSetDevice(0));
+    EXPECT_TRUE(test::throws_error_naming(
+        [&] { c.layer->forward(other.get<uint16_t>(), buf.get<float>(), 4, buf.get<uint16_t>(), nullptr); },
+        "forward: hidden is memory of GPU 1, not of the layer's GPU 0"));
+  }
   // More slots than the routing's warp has lanes: refused at creation, whichever family would run
   // (the small-batch family routes inside FC1, without the routing launch's check).
   MoeConfig wide_k = odd_config();
