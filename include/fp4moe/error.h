@@ -30,7 +30,10 @@ template <typename... Args>
 [[noreturn]] void throw_error(const char* file, int line, Args&&... args) {
   std::ostringstream os;
   (os << ... << std::forward<Args>(args));
-  throw Error(os.str(), file, line);
+  // A NUL from a file (a tensor name "a\u0000b") would end what() there, and the reason with it.
+  std::string message = os.str();
+  for (size_t i = message.find('\0'); i != std::string::npos; i = message.find('\0', i + 2)) message.replace(i, 1, "\\0");
+  throw Error(std::move(message), file, line);
 }
 }  // namespace detail
 

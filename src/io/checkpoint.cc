@@ -6,17 +6,13 @@
 #include <sstream>
 
 #include "fp4moe/error.h"
+#include "io/json_document.h"
 #include "io/text_file.h"
 
 namespace fp4moe {
 
 std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& label) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    FP4MOE_FAIL(label, ": not valid JSON (", e.what(), ")");
-  }
+  nlohmann::json j = parse_json_document(text, label);
   FP4MOE_CHECK(j.is_object(), label, ": not a JSON object");
   FP4MOE_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), label,
                ": missing object 'weight_map'");
@@ -36,18 +32,25 @@ std::map<std::string, std::string> parse_safetensors_index(const std::string& te
 
 Checkpoint Checkpoint::open(const std::string& dir) {
   namespace fs = std::filesystem;
-  FP4MOE_CHECK(fs::is_directory(dir), dir, ": not a directory");
+  FP4MOE_CHECK(path_kind(dir) == PathKind::kDirectory, dir, ": not a directory");
   Checkpoint c;
   c.dir_ = dir;
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   if (const std::optional<std::string> text = read_text_file(index.string())) {
     c.shard_of_ = parse_safetensors_index(*text, index.string());
-    for (const auto& [t, shard] : c.shard_of_)
-      FP4MOE_CHECK(fs::exists(fs::path(dir) / shard), index.string(), ": tensor '", t, "' is in shard '", shard,
-                   "', which does not exist");
+    for (const auto& [t, shard] : c.shard_of_) {
+      const std::string where = index.string() + ": tensor '" + t + "' is in shard '" + shard + "'";
+      PathKind kind = PathKind::kMissing;
+      try {
+        kind = path_kind((fs::path(dir) / shard).string());
+      } catch (const Error& e) {
+        FP4MOE_FAIL(where, ": ", e.what());
+      }
+      FP4MOE_CHECK(kind != PathKind::kMissing, where, ", which does not exist");
+    }
   } else {
     const fs::path single = fs::path(dir) / "model.safetensors";
-    FP4MOE_CHECK(fs::exists(single), dir, ": no model.safetensors.index.json and no model.safetensors");
+    FP4MOE_CHECK(path_kind(single.string()) != PathKind::kMissing, dir, ": no model.safetensors.index.json and no model.safetensors");
     auto file = std::make_unique<SafetensorsFile>(SafetensorsFile::open(single.string()));
     for (const std::string& n : file->names()) c.shard_of_.emplace(n, "model.safetensors");
     c.shards_.emplace("model.safetensors", std::move(file));

@@ -12,20 +12,13 @@
 #include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
 #include "fp4moe/sharding.h"
+#include "io/json_document.h"
 #include "io/text_file.h"
 
 namespace fp4moe {
 namespace {
 
 using json = nlohmann::json;
-
-json parse_json(const std::string& text, const std::string& label) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    FP4MOE_FAIL(label, ": not valid JSON (", e.what(), ")");
-  }
-}
 
 // A field of the expected JSON type, whole: nlohmann's get<int> would take 16.9 as 16 and
 // 4294967312 as 16, and a size read that way would load another layer shape than written.
@@ -185,7 +178,7 @@ ModelInfo read_model_info(const Checkpoint& ckpt) {
   const std::optional<std::string> cfg_text = ckpt.read_text("config.json");
   FP4MOE_CHECK(cfg_text.has_value(), cfg_label, ": missing");
   FP4MOE_CHECK(!cfg_text->empty(), cfg_label, ": empty");
-  const json c = parse_json(*cfg_text, cfg_label);
+  const json c = parse_json_document(*cfg_text, cfg_label);
   ModelInfo info;
   info.model_type = field_or<std::string>(c, "model_type", "", cfg_label);
   MoeConfig& m = info.moe;
@@ -235,20 +228,22 @@ ModelInfo read_model_info(const Checkpoint& ckpt) {
 
   // Quantization: hf_quant_config.json, else config.json's quantization_config.
   const std::optional<std::string> q_text = ckpt.read_text("hf_quant_config.json");
-  json q;
+  json hf_quant;  // stays where q refers into it
+  const json* quant = nullptr;
   std::string q_label;
   if (q_text) {
     q_label = ckpt.dir() + "/hf_quant_config.json";
-    const json h = parse_json(*q_text, q_label);
-    FP4MOE_CHECK(h.contains("quantization") && h["quantization"].is_object(), q_label,
+    hf_quant = parse_json_document(*q_text, q_label);
+    FP4MOE_CHECK(hf_quant.contains("quantization") && hf_quant["quantization"].is_object(), q_label,
                  ": missing object 'quantization'");
-    q = h["quantization"];
+    quant = &hf_quant["quantization"];
   } else {
     q_label = cfg_label + " quantization_config";
     FP4MOE_CHECK(c.contains("quantization_config") && c["quantization_config"].is_object(), ckpt.dir(),
                  ": neither hf_quant_config.json nor config.json quantization_config: not a ModelOpt checkpoint");
-    q = c["quantization_config"];
+    quant = &c["quantization_config"];
   }
+  const json& q = *quant;
   info.quant_algo = field<std::string>(q, "quant_algo", q_label);
   FP4MOE_CHECK(info.quant_algo == "NVFP4", q_label, ": quant_algo '", info.quant_algo,
                "' is not supported (fp4moe runs NVFP4 checkpoints)");

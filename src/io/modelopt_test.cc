@@ -157,6 +157,12 @@ TEST(ModelOpt, BadCheckpointsAreClearErrors) {
       << R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "FP8"}})";
   EXPECT_NE(error_of([&] { read_model_info(Checkpoint::open(w.dir)); }).find("quant_algo 'FP8' is not supported"),
             std::string::npos);
+  // 200,000 nested arrays in the quantization object (400 KB): copying the object recursed once
+  // per level and overflowed the stack; refused as the parser reads it.
+  std::ofstream(fs::path(w.dir) / "hf_quant_config.json")
+      << R"({"quantization": {"quant_algo": "NVFP4", "x": )" << std::string(200000, '[') << std::string(200000, ']') << "}}";
+  const std::string deep = error_of([&] { read_model_info(Checkpoint::open(w.dir)); });
+  EXPECT_NE(deep.find("hf_quant_config.json: nested deeper than 64 levels"), std::string::npos) << deep;
   // config.json's integers are taken whole or refused (16.9 is not 16, 2^32 + 16 is not 16).
   const std::string config_text = [&] {
     std::ifstream f(fs::path(w.dir) / "config.json");
@@ -167,6 +173,8 @@ TEST(ModelOpt, BadCheckpointsAreClearErrors) {
            {"\"n_routed_experts\": 12", "\"n_routed_experts\": 4294967308", "'n_routed_experts' = 4294967308 is out of range"},
            {"\"hidden_size\": 256", "\"hidden_size\": 1180591620717411303424", "field 'hidden_size' is not an integer"},
            {"\"norm_topk_prob\": true", "\"norm_topk_prob\": 1", "field 'norm_topk_prob' is not true or false"},
+           // a field given twice: nlohmann kept the last without a word
+           {"\"hidden_size\": 256", "\"hidden_size\": 256, \"hidden_size\": 512", "key 'hidden_size' given twice in one object"},
            // softmax's top-k method is greedy; noaux_tc (or DeepSeek-V2's group_limited_greedy) with it is refused
            {"\"scoring_func\": \"sigmoid\"", "\"scoring_func\": \"softmax\"",
             "topk_method 'noaux_tc' with softmax scoring is not supported (greedy is)"}}) {
@@ -188,6 +196,20 @@ TEST(ModelOpt, BadCheckpointsAreClearErrors) {
   EXPECT_NE(error_of([&] { read_model_info(Checkpoint::open(w.dir)); }).find("config.json: missing"), std::string::npos);
   EXPECT_NE(error_of([&] { Checkpoint::open(w.dir + "/nope"); }).find("not a directory"), std::string::npos);
   fs::remove_all(w.dir);
+}
+
+// A shard name the system refuses to look up (longer than a file name may be) is an Error naming
+// the index and the tensor; std::filesystem's query threw its own exception, which named neither.
+TEST(ModelOpt, AShardNameTheSystemRefusesIsAClearError) {
+  const fs::path dir = test::temp_dir() / "ckpt_long_shard";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "model.safetensors.index.json")
+      << R"({"weight_map": {"model.embed_tokens.weight": ")" << std::string(300, 'x') << R"("}})";
+  const std::string got = error_of([&] { Checkpoint::open(dir.string()); });
+  EXPECT_NE(got.find("model.safetensors.index.json"), std::string::npos) << got;
+  EXPECT_NE(got.find("cannot stat (File name too long)"), std::string::npos) << got;
+  fs::remove_all(dir);
 }
 
 TEST(ModelOpt, GlobMatchesExcludeModulePatterns) {

@@ -7,7 +7,6 @@
 #include <limits>
 #include <map>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -136,7 +135,7 @@ int NpyArray::item_size() const {
 }
 
 NpyArray read_npy(const std::string& path, const std::function<void(const NpyArray&)>& check_header) {
-  if (std::filesystem::exists(path)) require_regular_file(path);  // a FIFO would block the open
+  if (path_kind(path) != PathKind::kMissing) require_regular_file(path);  // a FIFO would block the open
   std::ifstream f(path, std::ios::binary);
   FP4MOE_CHECK(f.good(), path, ": cannot open");
   char magic[6];
@@ -243,6 +242,8 @@ void write_npy(const std::string& path, const NpyArray& a) {
   f.write(kMagic, 6);
   const char version[2] = {1, 0};
   f.write(version, 2);
+  // Version 1.0 gives the header 16 bits (a shape of thousands of dimensions would wrap).
+  FP4MOE_CHECK(header.size() <= 0xFFFF, path, ": the .npy header of ", header.size(), " bytes exceeds version 1.0's 65535");
   const uint16_t len = static_cast<uint16_t>(header.size());
   const char lenb[2] = {static_cast<char>(len & 0xFF), static_cast<char>(len >> 8)};
   f.write(lenb, 2);
@@ -256,11 +257,14 @@ std::vector<float> npy_to_float(const NpyArray& a, const std::string& what) {
   const int64_t n = a.elements();
   std::vector<float> v(static_cast<size_t>(n));
   if (a.descr == "<f4") {
-    std::memcpy(v.data(), a.bytes.data(), static_cast<size_t>(n) * 4);
+    if (n > 0) std::memcpy(v.data(), a.bytes.data(), static_cast<size_t>(n) * 4);
   } else if (a.descr == "<f8") {
     for (int64_t i = 0; i < n; ++i) {
       double d;
       std::memcpy(&d, a.bytes.data() + i * 8, 8);
+      // A finite value past float's range would read as infinity, and be reported as one.
+      FP4MOE_CHECK(!std::isfinite(d) || std::fabs(d) <= std::numeric_limits<float>::max(), what, ": element ", i,
+                   " is ", d, ", beyond float32's range");
       v[i] = static_cast<float>(d);
     }
   } else if (a.descr == "<V2" || a.descr == "|V2") {

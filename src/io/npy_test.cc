@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "fp4moe/error.h"
 #include "io/npy.h"
@@ -53,6 +55,35 @@ TEST(Npy, ClearErrorsForBadFiles) {
   }
   EXPECT_THROW(read_npy(p), Error);
   std::filesystem::remove(p);
+}
+
+// Values the conversion to float cannot hold are named with their place (1e300 read as infinity
+// and was reported as one); a header over version 1.0's 16 bits is refused, not wrapped.
+TEST(Npy, OutOfRangeValuesAndOversizedHeadersAreClearErrors) {
+  NpyArray a;
+  a.descr = "<f8";
+  a.shape = {2, 2};
+  const double values[4] = {1.5, -2.0, 1e300, std::numeric_limits<double>::infinity()};
+  a.bytes.resize(sizeof(values));
+  std::memcpy(a.bytes.data(), values, sizeof(values));
+  try {
+    npy_to_float(a, "x.npy");
+    ADD_FAILURE() << "1e300 read as a float";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("x.npy: element 2 is 1e+300, beyond float32's range"), std::string::npos)
+        << e.what();
+  }
+  a.shape = {2, 1};  // the finite, representable ones pass
+  a.bytes.resize(16);
+  EXPECT_EQ(npy_to_float(a, "x.npy"), (std::vector<float>{1.5f, -2.0f}));
+  NpyArray wide = npy_from_float(std::vector<float>(1, 1.0f), std::vector<int64_t>(30000, 1));
+  const std::string p = (test::temp_dir() / "wide.npy").string();
+  try {
+    write_npy(p, wide);
+    ADD_FAILURE() << "a 30000-dimension header was written";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds version 1.0's 65535"), std::string::npos) << e.what();
+  }
 }
 
 // A file whose header lies: each is a one-line Error naming the file, before anything the

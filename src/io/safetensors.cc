@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fp4moe/error.h"
+#include "io/json_document.h"
 #include "io/text_file.h"
 
 namespace fp4moe {
@@ -137,12 +138,7 @@ void SafetensorsFile::parse(const std::string& label) {
                image_.size(), "-byte file (truncated?)");
   FP4MOE_CHECK(n >= 2 && image_[8] == '{', label, ": header does not start with '{'");
   const char* hb = reinterpret_cast<const char*>(image_.data() + 8);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(hb, hb + n);
-  } catch (const nlohmann::json::exception& e) {
-    FP4MOE_FAIL(label, ": header is not valid JSON (", e.what(), ")");
-  }
+  const nlohmann::json header = parse_json_document(std::string_view(hb, n), label + ": header");
   FP4MOE_CHECK(header.is_object(), label, ": header is not a JSON object");
   const std::span<const uint8_t> buffer = image_.subspan(8 + n);
   std::vector<std::pair<uint64_t, uint64_t>> spans;
@@ -189,11 +185,19 @@ void SafetensorsFile::parse(const std::string& label) {
     spans.emplace_back(b, en);
     tensors_.emplace(name, std::move(v));
   }
+  // The tensors tile the data buffer exactly, as the format requires (and the reference library
+  // checks): no overlap, and no byte that belongs to no tensor - a hole or a tail could carry
+  // another file's content (a polyglot) or betray a header that lost an entry.
   std::sort(spans.begin(), spans.end());
-  for (size_t i = 1; i < spans.size(); ++i) {
-    FP4MOE_CHECK(spans[i].first >= spans[i - 1].second, label,
-                 ": tensors' data_offsets overlap at byte ", spans[i].first);
+  uint64_t covered = 0;  // the tensors so far tile [0, covered)
+  for (const auto& [b, en] : spans) {
+    FP4MOE_CHECK(b >= covered, label, ": tensors' data_offsets overlap at byte ", b);
+    FP4MOE_CHECK(b == covered, label, ": bytes [", covered, ", ", b,
+                 ") of the data buffer belong to no tensor (the format leaves no holes)");
+    covered = en;
   }
+  FP4MOE_CHECK(covered == buffer.size(), label, ": the data buffer's last ", buffer.size() - covered,
+               " bytes (from byte ", covered, ") belong to no tensor");
 }
 
 std::vector<std::string> SafetensorsFile::names() const {

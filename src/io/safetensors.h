@@ -4,7 +4,12 @@
 // an optional "__metadata__" maps strings to strings.
 //
 // The reader memory-maps the file and hands out zero-copy views. It validates everything a
-// hostile or truncated file could get wrong, and names the file and the tensor in each error.
+// hostile or truncated file could get wrong, and names the file and the tensor in each error:
+// the header's JSON strictly (parse_json_document: no key twice, bounded nesting), and the
+// tensors must tile the data buffer with no hole, overlap or tail, as the format requires.
+// What it cannot guard: a file truncated by another process after it was mapped. Reading a view
+// past the new end raises SIGBUS, as with any reader that maps its files (the safetensors
+// library's safe_open among them); do not rewrite a checkpoint while it is being loaded.
 #pragma once
 
 #include <cstdint>

@@ -44,11 +44,10 @@ TEST(Safetensors, RoundTripKeepsEverything) {
 
 // Builds an image from a raw header text and a data buffer.
 std::vector<uint8_t> image(const std::string& header, size_t data_bytes, uint64_t declared = 0) {
-  std::vector<uint8_t> out(8);
+  std::vector<uint8_t> out(8 + header.size() + data_bytes, 0);
   const uint64_t n = declared ? declared : header.size();
   for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(n >> (8 * i));
-  out.insert(out.end(), header.begin(), header.end());
-  out.resize(out.size() + data_bytes, 0);
+  std::copy(header.begin(), header.end(), out.begin() + 8);
   return out;
 }
 
@@ -82,6 +81,9 @@ TEST(Safetensors, CorruptFilesAreClearErrors) {
   expect_error(image(R"({"__metadata__":{"k":1}})", 0), "not a string");
   expect_error(image(R"({"t":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", 2), "whole number of bytes");
   expect_error(image(R"({"t":"x"})", 0), "entry is not an object");
+  // A NUL in a name is written as \0: what() ended at it, and the reason with it.
+  expect_error(image(R"({"a\u0000b":{"dtype":"F99","shape":[2],"data_offsets":[0,8]}})", 8),
+               "tensor 'a\\0b': unknown dtype 'F99'");
   expect_error(image(R"({"t":{"dtype":"F32","shape":[1e999],"data_offsets":[0,8]}})", 8), "not valid JSON");
   // Element counts whose byte size leaves int64 once wrapped to 0 and 8 and were accepted.
   expect_error(image(R"({"t":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})", 0),
@@ -89,11 +91,37 @@ TEST(Safetensors, CorruptFilesAreClearErrors) {
   expect_error(image(R"({"t":{"dtype":"F64","shape":[2305843009213693953],"data_offsets":[0,8]}})", 8), "overflows");
 }
 
+// The tensors tile the data buffer: a hole before, between or after them is refused (the format
+// forbids it, as the reference library does), a tensor of no bytes fits anywhere in the tiling.
+TEST(Safetensors, TensorsTileTheDataBufferExactly) {
+  EXPECT_NO_THROW(SafetensorsFile::from_bytes(
+      image(R"({"e":{"dtype":"U8","shape":[0],"data_offsets":[4,4]},"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+            R"("b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})", 6), "good"));
+  expect_error(image(R"({"t":{"dtype":"U8","shape":[2],"data_offsets":[6,8]}})", 8),
+               "bytes [0, 6) of the data buffer belong to no tensor");
+  expect_error(image(R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[3,5]}})", 5),
+               "bytes [2, 3) of the data buffer belong to no tensor");
+  expect_error(image(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 12),
+               "the data buffer's last 4 bytes (from byte 8) belong to no tensor");
+  expect_error(image(R"({"__metadata__":{"k":"v"}})", 3), "the data buffer's last 3 bytes (from byte 0)");
+}
+
+// A key twice (a tensor named twice: nlohmann kept the last without a word) and nesting past any
+// real header's (copying such a document recursed once per level) are refused.
+TEST(Safetensors, RepeatedKeysAndDeepNestingAreRefused) {
+  expect_error(image(R"({"t":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"t":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})", 6),
+               "key 't' given twice in one object");
+  expect_error(image(R"({"t":{"dtype":"U8","shape":[4],"shape":[4],"data_offsets":[0,4]}})", 4), "key 'shape' given twice");
+  const std::string deep = R"({"__metadata__":{"k":)" + std::string(100000, '[') + std::string(100000, ']') + "}}";
+  expect_error(image(deep, 0), "nested deeper than 64 levels");
+}
+
 TEST(SafetensorsIndex, ValidatesWeightMap) {
   EXPECT_EQ(parse_safetensors_index(R"({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}})", "i").size(), 2u);
   for (const char* bad : {"not json", "[]", "{}", R"({"weight_map": []})", R"({"weight_map": {}})",
                           R"({"weight_map": {"a": 3}})", R"({"weight_map": {"a": "../etc/passwd"}})",
                           R"({"weight_map": {"a": "sub/x.safetensors"}})",
+                          R"({"weight_map": {"a": "s1.safetensors", "a": "s2.safetensors"}})",
                           "-38E888" /* found by the fuzzer: a number out of range threw past the parser */}) {
     EXPECT_THROW(parse_safetensors_index(bad, "idx.json"), Error) << bad;
   }

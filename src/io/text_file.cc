@@ -11,6 +11,15 @@
 
 namespace fp4moe {
 
+PathKind path_kind(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) {
+    FP4MOE_CHECK(errno == ENOENT || errno == ENOTDIR, path, ": cannot stat (", std::strerror(errno), ")");
+    return PathKind::kMissing;
+  }
+  return S_ISREG(st.st_mode) ? PathKind::kRegularFile : S_ISDIR(st.st_mode) ? PathKind::kDirectory : PathKind::kOther;
+}
+
 void require_regular_file(const std::string& path) {
   struct stat st{};
   FP4MOE_CHECK(::stat(path.c_str(), &st) == 0, path, ": cannot stat (", std::strerror(errno), ")");

@@ -13,6 +13,12 @@ namespace fp4moe {
 // config.json, hf_quant_config.json and the safetensors index are kilobytes to megabytes.
 inline constexpr size_t kMaxTextFileBytes = size_t{100} << 20;
 
+// What is at `path`. Throws "<path>: cannot stat (<reason>)" where the system cannot say (a name
+// too long, a directory on the way that may not be searched): std::filesystem's queries threw
+// their own exception there, which names neither the file that led to the path nor the entry.
+enum class PathKind { kMissing, kRegularFile, kDirectory, kOther };
+PathKind path_kind(const std::string& path);
+
 // Throws "<path>: not a regular file" (or "cannot stat") unless `path` is a regular file.
 void require_regular_file(const std::string& path);
 

@@ -14,6 +14,7 @@
 
 #include "fp4moe/error.h"
 #include "fp4moe/version.h"
+#include "io/json_document.h"
 #include "io/text_file.h"
 
 namespace fp4moe {
@@ -119,9 +120,9 @@ std::vector<CacheEntry> parse(const std::string& text, const std::string& path, 
   std::vector<CacheEntry> out;
   json j;
   try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    warn(std::string("corrupt tuning cache ignored (") + e.what() + ")");
+    j = parse_json_document(text, "corrupt tuning cache ignored");
+  } catch (const Error& e) {
+    warn(e.what());
     return out;
   }
   if (!j.is_object() || string_member(j, "schema", "") != kSchema) {

@@ -79,6 +79,13 @@ TEST(TuningCache, CorruptAndForeignFilesAreReportedAndIgnored) {
   w.clear();
   EXPECT_EQ(TuningCache::merge_into_file(path, {entry(1, 8)}, &w).entries().size(), 1u);
   EXPECT_FALSE(w.empty());
+  // A key given twice (which schema does the file have?) is corruption, not the last one's word.
+  std::ofstream(path) << R"({"schema": "fp4moe-tuning/1", "schema": "fp4moe-tuning/2", "library": ")" << FP4MOE_VERSION
+                      << R"(", "entries": []})";
+  w.clear();
+  EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("corrupt tuning cache ignored: key 'schema' given twice"), std::string::npos) << w[0];
   std::ofstream(path) << R"({"schema": "fp4moe-tuning/1", "library": ")" << FP4MOE_VERSION << R"(", "entries": []})";
   w.clear();
   EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());

@@ -9,13 +9,13 @@ src=$1; work=$2; secs=${3:-20}; build_include=${4:-}
 mkdir -p "$work"
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I"$src/include" -I"$src/src")
-common=("$src/src/io/safetensors.cc" "$src/src/io/checkpoint.cc" "$src/src/io/text_file.cc")
+common=("$src/src/io/safetensors.cc" "$src/src/io/checkpoint.cc" "$src/src/io/text_file.cc" "$src/src/io/json_document.cc")
 clang++ "${flags[@]}" "$src/tests/fuzz/safetensors_header_fuzzer.cc" "${common[@]}" -o "$work/header_fuzzer"
 clang++ "${flags[@]}" "$src/tests/fuzz/index_fuzzer.cc" "${common[@]}" -o "$work/index_fuzzer"
 version=""
 if [ -n "$build_include" ]; then
   clang++ "${flags[@]}" -I"$build_include" "$src/tests/fuzz/tuning_cache_fuzzer.cc" "$src/src/tune/tuning_cache.cc" \
-    "$src/src/plan/tactic.cc" "$src/src/io/text_file.cc" -o "$work/tuning_cache_fuzzer"
+    "$src/src/plan/tactic.cc" "$src/src/io/text_file.cc" "$src/src/io/json_document.cc" -o "$work/tuning_cache_fuzzer"
   version=$(sed -n 's/^#define FP4MOE_VERSION "\(.*\)"$/\1/p' "$build_include/fp4moe/version.h")
 fi
 # Seed corpora: a valid file and damaged copies; index texts; tuning caches of this version.
