@@ -59,7 +59,12 @@ void probe_devices(SharedPage* page) {
     _exit(0);
   }
   int st = 0;
-  waitpid(pid, &st, 0);
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  // A probe that crashed counted nothing: say so, not "this machine has 0 GPUs" alone.
+  if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && page->probe_error[0] == 0)
+    std::snprintf(page->probe_error, sizeof(page->probe_error), "the probe process %s %d",
+                  WIFSIGNALED(st) ? "was killed by signal" : "exited with", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
 }
 
 void run_tp_rank(const DistBenchOptions& o, int rank, ncclComm_t comm);
@@ -85,7 +90,7 @@ void run_rank(const DistBenchOptions& o, int rank, SharedPage* page) {
     run_tp_rank(o, rank, comm);
   else
     run_ep_rank(o, rank, comm);
-  nccl.comm_destroy(comm);
+  FP4MOE_NCCL_CHECK(nccl.comm_destroy(comm));
 }
 
 void run_tp_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
@@ -142,14 +147,14 @@ void run_tp_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
     // The checked run (outputs poisoned first).
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(dout.get(), 0xFF, dout.bytes(), s));
     tp_forward(false);
-    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    synchronize_with_nccl(s, comm);
     // Timed runs: events before the routing, after it, after FC1, after FC2, after the all-reduce.
     std::vector<double> route, fc1, fc2, gemms, allred, total;
     for (int i = 0; i < o.warmup + o.iters; ++i) {
       if (o.cold_l2) flusher.flush(s);
       tp_forward(true);
       FP4MOE_CUDA_CHECK(cudaEventRecord(ev[4], s));
-      FP4MOE_CUDA_CHECK(cudaEventSynchronize(ev[4]));
+      synchronize_with_nccl(s, comm);  // (the event is the last work on s)
       if (i < o.warmup) continue;
       float ms[4];
       for (int k = 0; k < 4; ++k) FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms[k], ev[k], ev[k + 1]));
@@ -167,7 +172,7 @@ void run_tp_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
       FP4MOE_CUDA_CHECK(cudaEventRecord(ev[4], s));
       FP4MOE_NCCL_CHECK(nccl.all_reduce(dsingle.get(), dsingle.get(), n, ncclBfloat16, ncclSum, comm, s));
       FP4MOE_CUDA_CHECK(cudaEventRecord(ev[5], s));
-      FP4MOE_CUDA_CHECK(cudaEventSynchronize(ev[5]));
+      synchronize_with_nccl(s, comm);  // (the event is the last work on s)
       float ms;
       FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[4], ev[5]));
       alone.push_back(ms * 1e3);
@@ -250,12 +255,12 @@ void run_ep_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
     // The checked run (output poisoned first).
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(dout.get(), 0xFF, dout.bytes(), s));
     ep->forward(my_hidden, my_logits, mine, dout.get<uint16_t>(), s);
-    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    synchronize_with_nccl(s, comm);
     std::vector<double> st[6], total;
     for (int i = 0; i < o.warmup + o.iters; ++i) {
       if (o.cold_l2) flusher.flush(s);
       ep->forward(my_hidden, my_logits, mine, dout.get<uint16_t>(), s, ev);
-      FP4MOE_CUDA_CHECK(cudaEventSynchronize(ev[6]));
+      synchronize_with_nccl(s, comm);  // (the event is the last work on s)
       if (i < o.warmup) continue;
       double sum = 0;
       for (int k = 0; k < 6; ++k) {
@@ -283,7 +288,7 @@ void run_ep_rank(const DistBenchOptions& o, int rank, ncclComm_t comm) {
     FP4MOE_CUDA_CHECK(cudaMemcpy(err_sums.get(), sums, 16, cudaMemcpyHostToDevice));
     FP4MOE_NCCL_CHECK(nccl.all_reduce(err_sums.get(), err_sums.get(), 2, ncclFloat64, ncclSum, comm, s));
     FP4MOE_CUDA_CHECK(cudaMemcpyAsync(sums, err_sums.get(), 16, cudaMemcpyDeviceToHost, s));
-    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+    synchronize_with_nccl(s, comm);
     const double err = sums[1] > 0 ? std::sqrt(sums[0] / sums[1]) : std::sqrt(sums[0]);
     if (rank != 0) continue;
     double single_us = 0;
@@ -326,18 +331,18 @@ int run_dist_bench(const DistBenchOptions& o) {
     const std::string why = page->probe_error[0] ? std::string(" (CUDA: ") + page->probe_error + ")" : "";
     FP4MOE_FAIL(flag, " ", o.world, " needs ", o.world, " GPUs, this machine has ", page->devices, why);
   }
-  std::vector<pid_t> pids;
-  // Stops and reaps the ranks started so far: a rank waits in NCCL for the others, for ever.
-  auto stop_ranks = [&pids](pid_t except) {
+  std::vector<pid_t> pids;  // pids[r]: rank r's process, 0 once reaped (a reaped pid may be reused)
+  // Stops the ranks still running: a rank waits in NCCL for the others, for ever.
+  auto stop_ranks = [&pids] {
     for (pid_t pid : pids)
-      if (pid != except) kill(pid, SIGTERM);
+      if (pid > 0) kill(pid, SIGTERM);
   };
   for (int r = 0; r < o.world; ++r) {
     const pid_t pid = fork();
     if (pid < 0) {
       const int err = errno;
       page->failed.store(1);  // a rank still waiting for rank 0's id gives up
-      stop_ranks(-1);
+      stop_ranks();
       for (pid_t p : pids) waitpid(p, nullptr, 0);
       FP4MOE_FAIL(flag, ": fork failed for rank ", r, " (", std::strerror(err), "); the ", pids.size(),
                   " ranks started were stopped");
@@ -357,14 +362,31 @@ int run_dist_bench(const DistBenchOptions& o) {
     }
     pids.push_back(pid);
   }
-  // A rank that fails leaves the others waiting in NCCL for it: stop them.
+  // A rank that fails leaves the others waiting in NCCL for it: stop them. A rank that failed by
+  // an exception printed its message; one killed by a signal (the out-of-memory killer, a crash)
+  // could not, so it is named here. The ranks stopped here are not.
   int failed = 0;
   for (size_t left = pids.size(); left > 0; --left) {
     int st = 0;
     const pid_t done = wait(&st);
-    if (done < 0) break;
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      if (failed++ == 0) stop_ranks(done);
+    if (done < 0) {
+      if (errno == EINTR) {
+        ++left;
+        continue;
+      }
+      break;
+    }
+    const auto rank = std::find(pids.begin(), pids.end(), done);
+    if (rank == pids.end()) continue;  // not a rank (the probe was reaped before)
+    *rank = 0;
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
+    if (failed++ == 0) {
+      if (WIFSIGNALED(st))
+        std::fprintf(stderr, "fp4moe: rank %d was killed by signal %d (%s)%s\n", static_cast<int>(rank - pids.begin()),
+                     WTERMSIG(st), strsignal(WTERMSIG(st)),
+                     WTERMSIG(st) == SIGKILL ? ": the out-of-memory killer? each rank builds the whole layer in host memory"
+                                             : "");
+      stop_ranks();
     }
   }
   page->~SharedPage();

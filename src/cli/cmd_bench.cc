@@ -326,6 +326,15 @@ void run_dist_command(const BenchArgs& a, const MoeConfig& cfg) {
   // A split the shape refuses is the user's error in any build: named before the build's lack
   // of CUDA/NCCL (and before any GPU or NCCL is looked for where the build has them).
   validate_shard(cfg, {mode, 0, world});
+  // Every rank builds the whole layer's weights in host memory, then its shard's (the whole
+  // layer's upload for the comparison on one GPU follows): P + 1 layers at the peak, all ranks
+  // at once. Too many for the host is said here, not by the out-of-memory killer halfway.
+  const double layer_bytes =
+      cfg.num_experts * expert_weight_bytes(cfg.hidden, cfg.intermediate) +
+      (cfg.has_shared_expert() ? expert_weight_bytes(cfg.hidden, cfg.shared_intermediate) : 0.0) +
+      static_cast<double>(cfg.num_experts) * cfg.hidden * 4;
+  require_host_memory((world + 1) * layer_bytes, std::string(flag) + " " + std::to_string(world) + " on " + cfg.name +
+                                                     " (each rank builds the whole layer's weights)");
 #ifdef FP4MOE_WITH_NCCL
   DistBenchOptions o;
   o.config = cfg;

@@ -10,6 +10,7 @@
 #include "fp4moe/error.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/moe/routing.cuh"
+#include "runtime/device_pointer.h"
 
 namespace fp4moe {
 namespace {
@@ -107,13 +108,24 @@ EpMoeLayer::EpMoeLayer(const MoeWeights& w, const Shard& shard, ncclComm_t comm)
   // rank. Refused in forward(), it would throw only on the ranks with tokens, and the others
   // would wait in the collective for them forever.
   kernels::check_routing_shape(cfg_.num_experts, cfg_.routing.top_k, cfg_.routing.n_group, cfg_.routing.topk_group);
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&device_));
+  // The communicator must be the shard's: its size sizes the gathered counts, its rank says which
+  // rows are this rank's. Another (a rank given the wrong shard, a communicator of other ranks)
+  // would move rows into buffers sized for other counts.
+  const NcclApi& nccl = NcclApi::get();
+  int comm_ranks = 0, comm_rank = 0, comm_device = 0;
+  FP4MOE_NCCL_CHECK(nccl.comm_count(comm, &comm_ranks));
+  FP4MOE_NCCL_CHECK(nccl.comm_user_rank(comm, &comm_rank));
+  FP4MOE_NCCL_CHECK(nccl.comm_cu_device(comm, &comm_device));
+  FP4MOE_CHECK(comm_ranks == shard.world && comm_rank == shard.rank, "EpMoeLayer: the shard is rank ", shard.rank,
+               " of ", shard.world, ", the communicator's rank ", comm_rank, " of ", comm_ranks);
+  FP4MOE_CHECK(comm_device == device_, "EpMoeLayer: the communicator is on GPU ", comm_device,
+               ", the current device is GPU ", device_);
   const IndexRange mine = ep_experts(cfg_.num_experts, shard);
   local_begin_ = static_cast<int>(mine.begin);
   local_experts_ = static_cast<int>(mine.size());
-  int device = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
   LayerOptions lo;
-  lo.device = device;
+  lo.device = device_;
   lo.use_tuning_cache = false;
   MoeWeights local;
   local.config = single_router_config(cfg_, cfg_.name + "-ep-experts", local_experts_, cfg_.intermediate);
@@ -137,62 +149,97 @@ EpMoeLayer::EpMoeLayer(const MoeWeights& w, const Shard& shard, ncclComm_t comm)
 
 void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T, uint16_t* out, cudaStream_t s,
                          cudaEvent_t const* events, bool run_experts) {
-  FP4MOE_CHECK(T >= 0 && T <= (int64_t{1} << 24), "EP forward: token count ", T, " out of [0, 2^24]");
-  FP4MOE_CHECK(T == 0 || (hidden && logits && out), "EP forward: null device pointer");
-  // The row gather and the combine move 16 bytes at a time.
-  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0,
-               "EP forward: hidden and out must be 16-byte aligned");
+  const ScopedDevice on_device(device_);
   const NcclApi& nccl = NcclApi::get();
   auto record = [&](int i) {
     if (events) FP4MOE_CUDA_CHECK(cudaEventRecord(events[i], s));
   };
   const int E = cfg_.num_experts, k = cfg_.routing.top_k, world = shard_.world;
-  const int64_t H = cfg_.hidden, units = H / 8, P = T * k;
-  topk_ids_.resize(P * 4);
-  topk_w_.resize(P * 4);
-  offsets_.resize((E + 2) * 4);
-  row_token_.resize(P * 4);
-  row_weight_.resize(P * 4);
-  pair_row_.resize(P * 4);
-  chunk_counts_.resize(size_t(kernels::routing_scratch_ints(E)) * 4);
-  send_rows_.resize(P * H * 2);
-  back_rows_.resize(P * H * 2);
-  all_counts_.resize(int64_t{world} * (E + 1) * 4);
+  const int64_t H = cfg_.hidden, units = H / 8;
+  // The count exchange carries, after each rank's E + 1 expert offsets, a word: 0 where the rank
+  // refused the call, else its token count + 1. What a rank finds wrong with its own input (or
+  // cannot allocate) before the exchange is thrown by every rank after it, together (one rank
+  // throwing alone left the others waiting in the exchange for ever); and every rank can check
+  // every rank's offsets against its rows.
+  const int64_t stride = E + 2;
+  offsets_.resize(stride * 4);
+  all_counts_.resize(world * stride * 4);
+  std::string refusal;
+  int64_t P = 0;
+  try {
+    FP4MOE_CHECK(T >= 0 && T <= (int64_t{1} << 24), "EP forward: token count ", T, " out of [0, 2^24]");
+    if (T > 0) {
+      FP4MOE_CHECK(hidden && logits && out, "EP forward: null device pointer");
+      // The row gather and the combine move 16 bytes at a time; the routing reads fp32 logits.
+      FP4MOE_CHECK(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(logits) % 4 == 0,
+                   "EP forward: hidden and out must be 16-byte aligned and logits 4-byte aligned");
+      check_device_pointer("EP forward: hidden", hidden, device_);
+      check_device_pointer("EP forward: logits", logits, device_);
+      check_device_pointer("EP forward: out", out, device_);
+    }
+    P = T * k;
+    topk_ids_.resize(P * 4);
+    topk_w_.resize(P * 4);
+    row_token_.resize(P * 4);
+    row_weight_.resize(P * 4);
+    pair_row_.resize(P * 4);
+    chunk_counts_.resize(size_t(kernels::routing_scratch_ints(E)) * 4);
+    send_rows_.resize(P * H * 2);
+    back_rows_.resize(P * H * 2);
+  } catch (const Error& e) {
+    refusal = e.what();
+  }
 
   // 1. Route this rank's tokens over all experts and gather their rows (grouped by expert).
   record(0);
-  kernels::RoutingParams rp = kernels::routing_params_for(cfg_, T);
-  rp.logits = logits;
-  rp.correction_bias = bias_.bytes() ? bias_.get<float>() : nullptr;
-  rp.shared_expert = false;  // the shared expert runs apart, on this rank's tokens
-  rp.topk_ids = topk_ids_.get<int>();
-  rp.topk_weights = topk_w_.get<float>();
-  rp.expert_offsets = offsets_.get<int>();
-  rp.row_token = row_token_.get<int>();
-  rp.row_weight = row_weight_.get<float>();
-  rp.pair_row = pair_row_.get<int>();
-  rp.chunk_counts = chunk_counts_.get<int>();
-  if (T == 0) {  // no tokens here, but the exchanges need this rank: zero rows everywhere
+  exchange_word_ = refusal.empty() ? static_cast<int>(T) + 1 : 0;
+  if (T == 0 || !refusal.empty())  // no rows from here, but the exchanges need this rank
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(offsets_.get(), 0, (E + 1) * 4, s));
-  } else {
+  // (from a member: the copy may read it after this call returns)
+  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(offsets_.get<int>() + E + 1, &exchange_word_, 4, cudaMemcpyHostToDevice, s));
+  if (T > 0 && refusal.empty()) {
+    kernels::RoutingParams rp = kernels::routing_params_for(cfg_, T);
+    rp.logits = logits;
+    rp.correction_bias = bias_.bytes() ? bias_.get<float>() : nullptr;
+    rp.shared_expert = false;  // the shared expert runs apart, on this rank's tokens
+    rp.topk_ids = topk_ids_.get<int>();
+    rp.topk_weights = topk_w_.get<float>();
+    rp.expert_offsets = offsets_.get<int>();
+    rp.row_token = row_token_.get<int>();
+    rp.row_weight = row_weight_.get<float>();
+    rp.pair_row = pair_row_.get<int>();
+    rp.chunk_counts = chunk_counts_.get<int>();
     kernels::launch_routing(rp, s, /*pdl=*/false);
+    gather_rows_natural<<<grid_for(P * units), 256, 0, s>>>(reinterpret_cast<const uint4*>(hidden),
+                                                            row_token_.get<int>(), P, units, send_rows_.get<uint4>());
+    FP4MOE_CUDA_CHECK_LAUNCH();
   }
-  if (P > 0) gather_rows_natural<<<grid_for(P * units), 256, 0, s>>>(reinterpret_cast<const uint4*>(hidden),
-                                                         row_token_.get<int>(), P, units, send_rows_.get<uint4>());
-  FP4MOE_CUDA_CHECK_LAUNCH();
   record(1);
 
-  // 2. Every rank's expert offsets, to the host: NCCL's message sizes are host values.
-  FP4MOE_NCCL_CHECK(nccl.all_gather(offsets_.get(), all_counts_.get(), E + 1, ncclInt32, comm_, s));
-  host_counts_.resize(static_cast<size_t>(world) * (E + 1));
+  // 2. Every rank's expert offsets and refusal word, to the host: NCCL's message sizes are host
+  // values.
+  FP4MOE_NCCL_CHECK(nccl.all_gather(offsets_.get(), all_counts_.get(), stride, ncclInt32, comm_, s));
+  host_counts_.resize(static_cast<size_t>(world * stride));
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(host_counts_.data(), all_counts_.get(), host_counts_.size() * 4,
                                     cudaMemcpyDeviceToHost, s));
-  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+  synchronize_with_nccl(s, comm_);
   record(2);
-  auto off = [&](int rank, int e) { return int64_t{host_counts_[static_cast<size_t>(rank) * (E + 1) + e]}; };
+  auto off = [&](int rank, int e) { return int64_t{host_counts_[static_cast<size_t>(rank * stride + e)]}; };
   auto count = [&](int rank, int e) { return off(rank, e + 1) - off(rank, e); };
   const int me = shard_.rank;
   const int per_rank = E / world;
+  FP4MOE_CHECK(refusal.empty(), refusal);
+  for (int r = 0; r < world; ++r)
+    FP4MOE_CHECK(off(r, E + 1) != 0, "expert parallel: rank ", r, " refused this call (its message says why)");
+  // The table sizes every transfer: offsets that do not rise from 0 to the rank's rows (which no
+  // routing writes, but which would move rows past a buffer) are refused by all ranks alike.
+  for (int r = 0; r < world; ++r) {
+    bool rising = off(r, 0) == 0;
+    for (int e = 0; e < E; ++e) rising = rising && count(r, e) >= 0;
+    FP4MOE_CHECK(rising && off(r, E) == (off(r, E + 1) - 1) * k, "expert parallel: rank ", r,
+                 "'s expert offsets are corrupt (", off(r, E), " rows of ", (off(r, E + 1) - 1) * k, ")");
+  }
   // Every rank's received rows, from the counts every rank now holds: a batch that one rank's
   // experts cannot take (their layer's 2^24 rows) is refused by all ranks here, before any of
   // them enters an exchange that the others would wait in forever.

@@ -53,13 +53,15 @@ class EpMoeLayer {
   MoeConfig cfg_;
   Shard shard_;
   ncclComm_t comm_;
+  int device_ = 0;  // the GPU current when the layer was made
   int local_begin_ = 0, local_experts_ = 0;
   std::unique_ptr<GpuMoeLayer> experts_, shared_;
   DeviceBuffer bias_;
   // per call
   DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, chunk_counts_;
   DeviceBuffer send_rows_, back_rows_, recv_rows_, recv_out_, onehot_, recv_offsets_, all_counts_, ones_, shared_out_;
-  std::vector<int> host_counts_;  // [world][E + 1]: every rank's expert offsets
+  std::vector<int> host_counts_;  // [world][E + 2]: every rank's expert offsets and its word (forward())
+  int exchange_word_ = 0;         // this rank's word, copied to the device from here
   int64_t sent_ = 0, received_ = 0;
 };
 

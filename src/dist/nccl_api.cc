@@ -3,8 +3,10 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "common/runtime_library.h"
+#include "kernels/common/cuda_check.h"
 
 namespace fp4moe {
 
@@ -19,6 +21,11 @@ const NcclApi& NcclApi::get() {
     lib.bind(api.comm_init_rank, "ncclCommInitRank");
     lib.bind(api.comm_init_all, "ncclCommInitAll");
     lib.bind(api.comm_destroy, "ncclCommDestroy");
+    lib.bind(api.comm_abort, "ncclCommAbort");
+    lib.bind(api.comm_count, "ncclCommCount");
+    lib.bind(api.comm_user_rank, "ncclCommUserRank");
+    lib.bind(api.comm_cu_device, "ncclCommCuDevice");
+    lib.bind(api.comm_get_async_error, "ncclCommGetAsyncError");
     lib.bind(api.all_reduce, "ncclAllReduce");
     lib.bind(api.all_gather, "ncclAllGather");
     lib.bind(api.send, "ncclSend");
@@ -32,6 +39,23 @@ const NcclApi& NcclApi::get() {
   });
   FP4MOE_CHECK(failure.empty(), failure);
   return api;
+}
+
+void synchronize_with_nccl(cudaStream_t stream, ncclComm_t comm) {
+  const NcclApi& nccl = NcclApi::get();
+  for (;;) {
+    const cudaError_t q = cudaStreamQuery(stream);
+    if (q == cudaSuccess) return;
+    FP4MOE_CUDA_CHECK(q == cudaErrorNotReady ? cudaSuccess : q);
+    ncclResult_t async = ncclSuccess;
+    FP4MOE_NCCL_CHECK(nccl.comm_get_async_error(comm, &async));
+    if (async != ncclSuccess && async != ncclInProgress) {
+      nccl.comm_abort(comm);
+      FP4MOE_FAIL("NCCL: the communicator failed while this rank waited for it (", nccl.error_string(async),
+                  "); aborted");
+    }
+    std::this_thread::yield();  // spins, as cudaStreamSynchronize does by default: no wake-up latency
+  }
 }
 
 }  // namespace fp4moe

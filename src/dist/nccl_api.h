@@ -16,6 +16,11 @@ struct NcclApi {
   ncclResult_t (*comm_init_rank)(ncclComm_t*, int, ncclUniqueId, int) = nullptr;
   ncclResult_t (*comm_init_all)(ncclComm_t*, int, const int*) = nullptr;
   ncclResult_t (*comm_destroy)(ncclComm_t) = nullptr;
+  ncclResult_t (*comm_abort)(ncclComm_t) = nullptr;
+  ncclResult_t (*comm_count)(const ncclComm_t, int*) = nullptr;
+  ncclResult_t (*comm_user_rank)(const ncclComm_t, int*) = nullptr;
+  ncclResult_t (*comm_cu_device)(const ncclComm_t, int*) = nullptr;
+  ncclResult_t (*comm_get_async_error)(ncclComm_t, ncclResult_t*) = nullptr;
   ncclResult_t (*all_reduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
                              cudaStream_t) = nullptr;
   ncclResult_t (*all_gather)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) = nullptr;
@@ -28,6 +33,12 @@ struct NcclApi {
   // Loads the library once; throws fp4moe::Error naming what was tried when it cannot.
   static const NcclApi& get();
 };
+
+// Waits for `stream` as cudaStreamSynchronize does, but also watches `comm` for an asynchronous
+// NCCL error (a peer gone, a transport failure): NCCL's kernels then never finish, and a plain
+// synchronize would wait for ever. On such an error the communicator is aborted (its kernels end)
+// and an Error naming it is thrown.
+void synchronize_with_nccl(cudaStream_t stream, ncclComm_t comm);
 
 }  // namespace fp4moe
 

@@ -132,11 +132,22 @@ TEST(ExpertParallel, OneRankMatchesTheLayer) {
     EXPECT_TRUE(test::throws_error_naming([&] { EpMoeLayer(make_synthetic_moe(wide, so), {ShardMode::kExpert, 0, 1}, comm); },
                                           "GPU routing: top_k 40 out of"));
   }
+  // A shard that is not the communicator's (its size sizes the gathered counts).
+  EXPECT_TRUE(test::throws_error_naming([&] { EpMoeLayer(full, {ShardMode::kExpert, 0, 2}, comm); },
+                                        "the shard is rank 0 of 2, the communicator's rank 0 of 1"));
   LayerOptions lo;
   lo.use_tuning_cache = false;
   const std::unique_ptr<GpuMoeLayer> whole = GpuMoeLayer::create(full, lo);
   cudaStream_t s;
   FP4MOE_CUDA_CHECK(cudaStreamCreate(&s));
+  {  // host memory: refused by name after the count exchange (which a refusing rank still joins)
+    std::vector<uint4> host_rows(5 * c.hidden / 8);
+    const DeviceBuffer dl = test::to_device(make_router_logits(5, c.num_experts, 7));
+    DeviceBuffer dout(5 * c.hidden * 2);
+    EXPECT_TRUE(test::throws_error_naming(
+        [&] { ep.forward(reinterpret_cast<uint16_t*>(host_rows.data()), dl.get<float>(), 5, dout.get<uint16_t>(), s); },
+        "EP forward: hidden is not CUDA memory"));
+  }
   for (int64_t T : {5, 300}) {
     const std::vector<float> hidden = make_hidden_states(T, c.hidden, 500 + T);
     const std::vector<float> logits = make_router_logits(T, c.num_experts, 600 + T);
@@ -185,6 +196,7 @@ TEST(ExpertParallel, TwoGpusMatchOneGpuAndMoveRowsBitExactly) {
   constexpr int kCases = 3;
   std::vector<uint16_t> out[kCases][P];
   std::exception_ptr failure[P];
+  ::testing::AssertionResult refusals[P] = {::testing::AssertionFailure(), ::testing::AssertionFailure()};
   auto rank_main = [&](int r) {
     try {
       FP4MOE_CUDA_CHECK(cudaSetDevice(r));
@@ -223,6 +235,21 @@ TEST(ExpertParallel, TwoGpusMatchOneGpuAndMoveRowsBitExactly) {
         FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
         EXPECT_EQ(test::to_host<uint16_t>(dout, mine * c.hidden), out[ci][r]) << "rank " << r << " case " << ci;
       }
+      // One rank's bad call (rank 1: host memory) is thrown by both ranks, after the count
+      // exchange: rank 0 alone went on into the dispatch and waited there for ever. Then both run.
+      {
+        const int64_t mine = 3;
+        const DeviceBuffer dh = test::to_device(test::to_bf16_bits(make_hidden_states(mine, c.hidden, 77)));
+        const DeviceBuffer dl = test::to_device(make_router_logits(mine, c.num_experts, 78));
+        std::vector<uint4> host_rows(mine * c.hidden / 8);
+        DeviceBuffer dout(mine * c.hidden * 2);
+        const uint16_t* hidden = r == 1 ? reinterpret_cast<const uint16_t*>(host_rows.data()) : dh.get<uint16_t>();
+        refusals[r] = test::throws_error_naming([&] { ep.forward(hidden, dl.get<float>(), mine, dout.get<uint16_t>(), s); },
+                                                r == 1 ? "EP forward: hidden is not CUDA memory"
+                                                       : "expert parallel: rank 1 refused this call");
+        ep.forward(dh.get<uint16_t>(), dl.get<float>(), mine, dout.get<uint16_t>(), s);
+        FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+      }
       cudaStreamDestroy(s);
     } catch (...) {
       failure[r] = std::current_exception();
@@ -232,6 +259,7 @@ TEST(ExpertParallel, TwoGpusMatchOneGpuAndMoveRowsBitExactly) {
   for (auto& t : ranks) t.join();
   for (auto& f : failure)
     if (f) std::rethrow_exception(f);
+  for (int r = 0; r < P; ++r) EXPECT_TRUE(refusals[r]) << "rank " << r;
   FP4MOE_CUDA_CHECK(cudaSetDevice(0));
   LayerOptions lo;
   lo.use_tuning_cache = false;
