@@ -91,8 +91,10 @@ expect_errors([
         (("bench", "--preset", "glm5-tp8", "--tp", "32"), FAILURE, "multiples of 16"),
         (("bench", "--tp", "2", "--json", "/tmp/x.json"), FAILURE, "--tp takes"),
         (("bench", "--tp", "1"), USAGE, "--tp"),
-        # every rank builds the whole layer in host memory: 65 x 1025 experts is more than any host has
-        (("bench", "--ep", "64", "--experts", "1024"), FAILURE, "(each rank builds the whole layer's weights) needs ~"),
+        # every rank builds the whole layer in host memory: 65 copies of 1024 experts of 6144 x 65536
+        # (~1.5 TB each) is more than any host has
+        (("bench", "--ep", "64", "--experts", "1024", "--intermediate", "65536"), FAILURE,
+         "(each rank builds the whole layer's weights) needs ~"),
         (("quantize", "/nonexistent.npy", "/tmp/x"), FAILURE, "cannot open"),
 ])
 # Numbers as typed: no wrapped seed, no saturated width, no NaN through a range, K a multiple of 16.

@@ -377,7 +377,10 @@ int run_dist_bench(const DistBenchOptions& o) {
       break;
     }
     const auto rank = std::find(pids.begin(), pids.end(), done);
-    if (rank == pids.end()) continue;  // not a rank (the probe was reaped before)
+    if (rank == pids.end()) {  // not a rank: still wait for as many ranks
+      ++left;
+      continue;
+    }
     *rank = 0;
     if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
     if (failed++ == 0) {

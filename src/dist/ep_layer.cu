@@ -80,6 +80,8 @@ __global__ void combine_slots(const uint4* back, const int* pair_row, const floa
   }
 }
 
+__global__ void set_word(int* at, int value) { *at = value; }
+
 int grid_for(int64_t work) { return static_cast<int>(std::clamp<int64_t>((work + 255) / 256, 1, 4096)); }
 
 MoeConfig single_router_config(const MoeConfig& cfg, const std::string& name, int experts, int64_t intermediate) {
@@ -145,6 +147,11 @@ EpMoeLayer::EpMoeLayer(const MoeWeights& w, const Shard& shard, ncclComm_t comm)
     bias_.resize(w.correction_bias.size() * 4);
     FP4MOE_CUDA_CHECK(cudaMemcpy(bias_.get(), w.correction_bias.data(), bias_.bytes(), cudaMemcpyHostToDevice));
   }
+  // The buffers whose size depends on the shape alone, here: in forward() their allocation would
+  // come before the count exchange, outside what a rank can refuse together with the others.
+  offsets_.resize((cfg_.num_experts + 2) * 4);
+  all_counts_.resize(int64_t{shard.world} * (cfg_.num_experts + 2) * 4);
+  chunk_counts_.resize(size_t(kernels::routing_scratch_ints(cfg_.num_experts)) * 4);
 }
 
 void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T, uint16_t* out, cudaStream_t s,
@@ -157,13 +164,12 @@ void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T,
   const int E = cfg_.num_experts, k = cfg_.routing.top_k, world = shard_.world;
   const int64_t H = cfg_.hidden, units = H / 8;
   // The count exchange carries, after each rank's E + 1 expert offsets, a word: 0 where the rank
-  // refused the call, else its token count + 1. What a rank finds wrong with its own input (or
-  // cannot allocate) before the exchange is thrown by every rank after it, together (one rank
-  // throwing alone left the others waiting in the exchange for ever); and every rank can check
-  // every rank's offsets against its rows.
+  // refused the call, else its token count + 1. What a rank finds wrong with its input, or cannot
+  // allocate for its own rows, before the exchange is thrown by every rank after it, together
+  // (one rank throwing alone left the others waiting in the exchange for ever); and every rank
+  // can check every rank's offsets against its rows. (What fails after the exchange - a buffer
+  // for the rows received, a CUDA error - fails on its rank alone: see ep_layer.h.)
   const int64_t stride = E + 2;
-  offsets_.resize(stride * 4);
-  all_counts_.resize(world * stride * 4);
   std::string refusal;
   int64_t P = 0;
   try {
@@ -174,9 +180,8 @@ void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T,
       FP4MOE_CHECK(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(logits) % 4 == 0,
                    "EP forward: hidden and out must be 16-byte aligned and logits 4-byte aligned");
-      check_device_pointer("EP forward: hidden", hidden, device_);
-      check_device_pointer("EP forward: logits", logits, device_);
-      check_device_pointer("EP forward: out", out, device_);
+      check_device_pointers({{"EP forward: hidden", hidden}, {"EP forward: logits", logits}, {"EP forward: out", out}},
+                            device_);
     }
     P = T * k;
     topk_ids_.resize(P * 4);
@@ -184,7 +189,6 @@ void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T,
     row_token_.resize(P * 4);
     row_weight_.resize(P * 4);
     pair_row_.resize(P * 4);
-    chunk_counts_.resize(size_t(kernels::routing_scratch_ints(E)) * 4);
     send_rows_.resize(P * H * 2);
     back_rows_.resize(P * H * 2);
   } catch (const Error& e) {
@@ -193,11 +197,11 @@ void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T,
 
   // 1. Route this rank's tokens over all experts and gather their rows (grouped by expert).
   record(0);
-  exchange_word_ = refusal.empty() ? static_cast<int>(T) + 1 : 0;
   if (T == 0 || !refusal.empty())  // no rows from here, but the exchanges need this rank
     FP4MOE_CUDA_CHECK(cudaMemsetAsync(offsets_.get(), 0, (E + 1) * 4, s));
-  // (from a member: the copy may read it after this call returns)
-  FP4MOE_CUDA_CHECK(cudaMemcpyAsync(offsets_.get<int>() + E + 1, &exchange_word_, 4, cudaMemcpyHostToDevice, s));
+  // (by a kernel argument: a copy from pageable host memory may wait for the stream)
+  set_word<<<1, 1, 0, s>>>(offsets_.get<int>() + E + 1, refusal.empty() ? static_cast<int>(T) + 1 : 0);
+  FP4MOE_CUDA_CHECK_LAUNCH();
   if (T > 0 && refusal.empty()) {
     kernels::RoutingParams rp = kernels::routing_params_for(cfg_, T);
     rp.logits = logits;

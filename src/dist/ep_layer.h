@@ -2,8 +2,9 @@
 // (fp4moe/sharding.h) and the shared expert, and its own tokens. One forward:
 //   1. route the rank's tokens over all E experts (the single-GPU routing kernel): the permuted
 //      rows come grouped by expert, hence by the rank that owns the expert;
-//   2. gather the rows' hidden states; all-gather every rank's expert offsets [E + 1] (the one
-//      host synchronization: NCCL takes its message sizes from the host);
+//   2. gather the rows' hidden states; all-gather every rank's expert offsets [E + 1] and a word,
+//      0 where the rank refused the call, else its tokens + 1 (the one host synchronization:
+//      NCCL takes its message sizes from the host; every rank throws when any refused);
 //   3. dispatch: NCCL send/recv, one of each per peer (a rank's rows of a peer's experts are one
 //      range of its permuted rows), received source-major: each source rank's rows, by local
 //      expert within them;
@@ -30,13 +31,19 @@ namespace fp4moe {
 class EpMoeLayer {
  public:
   // `weights`: the whole layer or this rank's shard_weights(..., {kExpert, rank, world}); the
-  // current CUDA device is this rank's. Throws on a bad split or missing experts.
+  // current CUDA device is this rank's, and `comm` (not owned) the ranks' communicator, whose
+  // size, rank and GPU must be the shard's. Throws on a bad split, missing experts, a router the
+  // routing kernel cannot run, or another communicator.
   EpMoeLayer(const MoeWeights& weights, const Shard& shard, ncclComm_t comm);
 
   const MoeConfig& config() const { return cfg_; }
   // out [T, H] bf16 = the MoE layer on this rank's tokens hidden [T, H] bf16 with router logits
-  // [T, E] fp32 (device pointers). Every rank calls it (T may differ between ranks; a rank with T = 0
-  // still takes part in the exchanges).
+  // [T, E] fp32 (device memory of the layer's GPU). Every rank calls it (T may differ between
+  // ranks; a rank with T = 0 still takes part in the exchanges). Bad input on any rank (a token
+  // count, a pointer) or a failed allocation for its own rows is thrown by every rank, after the
+  // count exchange. What fails after it (an allocation for the rows a rank receives, a CUDA or
+  // NCCL error) is thrown by that rank alone while the others wait in the next exchange: as after
+  // any NCCL failure, the caller aborts the communicator on every rank (ncclCommAbort).
   // events (7, or null): before the routing, after routing + gather, after the count exchange,
   // after the dispatch, after the experts, after the return, after the combine.
   // run_experts = false returns every row unchanged instead (the dispatch/return test).
@@ -61,7 +68,6 @@ class EpMoeLayer {
   DeviceBuffer topk_ids_, topk_w_, offsets_, row_token_, row_weight_, pair_row_, chunk_counts_;
   DeviceBuffer send_rows_, back_rows_, recv_rows_, recv_out_, onehot_, recv_offsets_, all_counts_, ones_, shared_out_;
   std::vector<int> host_counts_;  // [world][E + 2]: every rank's expert offsets and its word (forward())
-  int exchange_word_ = 0;         // this rank's word, copied to the device from here
   int64_t sent_ = 0, received_ = 0;
 };
 

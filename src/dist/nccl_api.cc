@@ -21,7 +21,6 @@ const NcclApi& NcclApi::get() {
     lib.bind(api.comm_init_rank, "ncclCommInitRank");
     lib.bind(api.comm_init_all, "ncclCommInitAll");
     lib.bind(api.comm_destroy, "ncclCommDestroy");
-    lib.bind(api.comm_abort, "ncclCommAbort");
     lib.bind(api.comm_count, "ncclCommCount");
     lib.bind(api.comm_user_rank, "ncclCommUserRank");
     lib.bind(api.comm_cu_device, "ncclCommCuDevice");
@@ -49,11 +48,8 @@ void synchronize_with_nccl(cudaStream_t stream, ncclComm_t comm) {
     FP4MOE_CUDA_CHECK(q == cudaErrorNotReady ? cudaSuccess : q);
     ncclResult_t async = ncclSuccess;
     FP4MOE_NCCL_CHECK(nccl.comm_get_async_error(comm, &async));
-    if (async != ncclSuccess && async != ncclInProgress) {
-      nccl.comm_abort(comm);
-      FP4MOE_FAIL("NCCL: the communicator failed while this rank waited for it (", nccl.error_string(async),
-                  "); aborted");
-    }
+    FP4MOE_CHECK(async == ncclSuccess || async == ncclInProgress, "NCCL: the communicator failed while this rank "
+                 "waited for it (", nccl.error_string(async), "); abort it (ncclCommAbort) on every rank");
     std::this_thread::yield();  // spins, as cudaStreamSynchronize does by default: no wake-up latency
   }
 }

@@ -16,7 +16,6 @@ struct NcclApi {
   ncclResult_t (*comm_init_rank)(ncclComm_t*, int, ncclUniqueId, int) = nullptr;
   ncclResult_t (*comm_init_all)(ncclComm_t*, int, const int*) = nullptr;
   ncclResult_t (*comm_destroy)(ncclComm_t) = nullptr;
-  ncclResult_t (*comm_abort)(ncclComm_t) = nullptr;
   ncclResult_t (*comm_count)(const ncclComm_t, int*) = nullptr;
   ncclResult_t (*comm_user_rank)(const ncclComm_t, int*) = nullptr;
   ncclResult_t (*comm_cu_device)(const ncclComm_t, int*) = nullptr;
@@ -34,10 +33,12 @@ struct NcclApi {
   static const NcclApi& get();
 };
 
-// Waits for `stream` as cudaStreamSynchronize does, but also watches `comm` for an asynchronous
-// NCCL error (a peer gone, a transport failure): NCCL's kernels then never finish, and a plain
-// synchronize would wait for ever. On such an error the communicator is aborted (its kernels end)
-// and an Error naming it is thrown.
+// Waits for `stream` as cudaStreamSynchronize does, but also watches `comm` for the errors NCCL
+// reports asynchronously (a network or transport failure): its kernels then never finish, and a
+// plain synchronize would wait for ever; this throws an Error saying so, and the owner of `comm`
+// must abort it. Not among those errors: a peer on this host that exited or threw (its ranks
+// share memory, not a network) - this rank then waits for ever, and the multi-GPU bench's parent
+// stops it.
 void synchronize_with_nccl(cudaStream_t stream, ncclComm_t comm);
 
 }  // namespace fp4moe

@@ -616,9 +616,7 @@ void GpuMoeLayerImpl::enqueue(const uint16_t* hidden, const float* logits, int64
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(logits) % 4 == 0,
                "forward: hidden and out must be 16-byte aligned and logits 4-byte aligned");
-  check_device_pointer("forward: hidden", hidden, device_);
-  check_device_pointer("forward: logits", logits, device_);
-  check_device_pointer("forward: out", out, device_);
+  check_device_pointers({{"forward: hidden", hidden}, {"forward: logits", logits}, {"forward: out", out}}, device_);
   const LayerPlan plan = plan_in ? *plan_in : plan_for(tokens);
   const W4a16Kernel& k1 = kernel_for(plan.fc1, Epilogue::kSwiglu);
   const W4a16Kernel& k2 = kernel_for(plan.fc2, Epilogue::kFinalize);
