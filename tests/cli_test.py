@@ -205,6 +205,47 @@ with tempfile.TemporaryDirectory() as d:
     expect_one_line_error(
         run("run", "--input", os.path.join(d, "narrow.npy"), expect_rc=FAILURE),
         "expected shape (T, 6144), got (2, 40)")
+    # Outputs that would hang or destroy: a FIFO (the open waits for a reader), the input itself.
+    fifo = os.path.join(d, "fifo.npy")
+    os.mkfifo(fifo)
+    small = ("--hidden", "256", "--intermediate", "256", "--experts", "8", "--top-k", "2")
+    expect_one_line_error(run("run", *small, "--device", "cpu", "--tokens", "1", "--output", fifo, expect_rc=FAILURE),
+                          "is a FIFO or socket")
+    os.mkfifo(os.path.join(d, "qf.weight_scale.npy"))  # the second of quantize's files
+    expect_one_line_error(run("quantize", os.path.join(d, "w.npy"), os.path.join(d, "qf"), expect_rc=FAILURE),
+                          "qf.weight_scale.npy is a FIFO or socket")
+    x = os.path.join(d, "x.npy")
+    np.save(x, np.random.default_rng(3).standard_normal((2, 256), dtype=np.float32))
+    before = open(x, "rb").read()
+    expect_one_line_error(run("run", *small, "--device", "cpu", "--input", x, "--output", x, expect_rc=FAILURE),
+                          "is the input")
+    xq = os.path.join(d, "xq.weight.npy")
+    np.save(xq, np.random.default_rng(4).standard_normal((2, 256), dtype=np.float32))
+    expect_one_line_error(run("quantize", xq, os.path.join(d, "xq"), expect_rc=FAILURE), "is the input")
+    check(open(x, "rb").read() == before, "run --input X --output X changed X")
+    expect_one_line_error(run("run", "--output", os.path.join(x, "y.npy"), expect_rc=FAILURE), x + " is not a directory")
+    # A finite input past bf16's range is named with its place, not later as a router logit.
+    np.save(x, np.full((2, 256), 3.4e38, dtype=np.float32))  # bf16 ends at 3.39e38
+    expect_one_line_error(run("run", *small, "--device", "cpu", "--input", x, expect_rc=FAILURE),
+                          "element 0 (token 0) is 3.4e+38, beyond bf16's range")
+    # cache clear removes cache files only: a directory of that name is skipped, the rest cleared.
+    cd = os.path.join(d, "cd")
+    os.makedirs(os.path.join(cd, "tuning-a.json"))
+    open(os.path.join(cd, "tuning-a.json", "keep"), "w").write("1")
+    open(os.path.join(cd, "tuning-b.json"), "w").write("{}")
+    p = subprocess.run([FP4MOE, "cache", "clear"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, FP4MOE_CACHE_DIR=cd))
+    check(p.returncode == 0 and "skipped" in p.stdout and not os.path.exists(os.path.join(cd, "tuning-b.json"))
+          and os.path.exists(os.path.join(cd, "tuning-a.json", "keep")), f"cache clear: {p.stdout}{p.stderr}")
+    # synth: refused where the disk cannot hold the checkpoint, before writing; never onto a file.
+    big = os.path.join(d, "big")
+    expect_one_line_error(run("synth", big, "--hidden", "16384", "--intermediate", "16384", "--experts", "1024",
+                              "--top-k", "2", "--layers", "1000", expect_rc=FAILURE), "GB on disk")
+    check(not os.path.exists(big), "synth refused for the disk still made its directory")
+    expect_one_line_error(run("synth", x, *small, expect_rc=FAILURE), "is not a directory")
+    # bench: each GEMM's tactic with its own epilogue, checked without a GPU too.
+    expect_one_line_error(run("bench", "--tokens", "1", "--fc2", "w4a16_mma:m128n8k256:s4:w8:sk1:swiglu",
+                              expect_rc=FAILURE), "FC2's epilogue is finalize")
 
 if failures:
     print("\n".join(failures))

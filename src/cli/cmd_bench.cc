@@ -356,8 +356,11 @@ void run_bench_command(const BenchArgs& a) {
   const MoeConfig cfg = a.shape.resolve();
   parse_tokens(a.tokens);  // validate before any work
   require_writable_path(a.json, "--json");
-  if (!a.fc1.empty()) parse_tactic(a.fc1);  // (only a GPU run uses them: a typo is still one)
-  if (!a.fc2.empty()) parse_tactic(a.fc2);
+  // (only a GPU run uses them: a typo, or the other GEMM's epilogue, is still one)
+  if (!a.fc1.empty())
+    FP4MOE_CHECK(parse_tactic(a.fc1).epilogue == Epilogue::kSwiglu, "--fc1 ", a.fc1, ": FC1's epilogue is swiglu");
+  if (!a.fc2.empty())
+    FP4MOE_CHECK(parse_tactic(a.fc2).epilogue == Epilogue::kFinalize, "--fc2 ", a.fc2, ": FC2's epilogue is finalize");
   if (a.tp != 0 || a.ep != 0) {
     run_dist_command(a, cfg);
     return;

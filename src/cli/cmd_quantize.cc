@@ -5,6 +5,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include <string>
+#include <vector>
+
 #include "cli/commands.h"
 #include "common/host_memory.h"
 #include "fp4moe/error.h"
@@ -34,8 +37,17 @@ void run_quantize(const QuantizeArgs& a) {
   // A prefix names files: an empty one or a directory ("out/") would write hidden ".weight.npy"s.
   const std::filesystem::path name = std::filesystem::path(a.output).filename();  // "" for "" and "dir/"
   FP4MOE_CHECK(!name.empty() && name != "." && name != "..", "output '", a.output, "': give FILE.safetensors or a file name prefix (PREFIX.weight.npy, ...), not a directory");
-  // Where the result goes, checked before the work (the .npy form writes OUT.<tensor>.npy).
-  require_writable_path(ends_with(a.output, ".safetensors") ? a.output : a.output + ".weight.npy", "output");
+  // Where the result goes, every file of it, checked before the work (the .npy form writes
+  // OUT.<tensor>.npy); none may be the input, which it would overwrite.
+  std::vector<std::string> outputs = {a.output};
+  if (!ends_with(a.output, ".safetensors")) {
+    outputs = {a.output + ".weight.npy", a.output + ".weight_scale.npy"};
+    if (a.format == "nvfp4") outputs.push_back(a.output + ".weight_scale_2.npy");
+  }
+  for (const std::string& path : outputs) {
+    require_writable_path(path, "output");
+    require_not_same_file(a.input, path, "output");
+  }
   const int64_t block = a.format == "nvfp4" ? kNvfp4BlockSize : kMxfp4BlockSize;
   const NpyArray in = read_npy(a.input, [&](const NpyArray& head) {  // before its data is read
     FP4MOE_CHECK(head.shape.size() == 2, a.input, ": expected a 2-D matrix [N, K], got ", head.shape.size(),

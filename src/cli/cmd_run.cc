@@ -171,9 +171,12 @@ void run_layer(const RunArgs& a) {
     });
     tokens = in.shape[0];
     hidden = npy_to_float(in, a.input);
-    for (float& v : hidden) {
-      FP4MOE_CHECK(std::isfinite(v), a.input, ": non-finite input value");
-      v = round_to_bf16(v);  // the layer's input is bf16
+    for (size_t i = 0; i < hidden.size(); ++i) {
+      const float v = hidden[i];
+      hidden[i] = round_to_bf16(v);  // the layer's input is bf16
+      // (a finite value past bf16's range rounds to infinity: named here, not as a router logit)
+      FP4MOE_CHECK(std::isfinite(hidden[i]), a.input, ": element ", i, " (token ", i / cfg.hidden, ") is ", v,
+                   std::isfinite(v) ? ", beyond bf16's range" : "");
     }
   } else {
     require_host_memory(host_bytes_needed(cfg, tokens, use_gpu, !use_gpu || a.compare),
@@ -282,6 +285,7 @@ void register_run(CLI::App& app) {
   cmd->callback([args, cmd] {
     args->iters_given = cmd->count("--iters") > 0;
     require_writable_path(args->output, "--output");
+    if (!args->input.empty() && !args->output.empty()) require_not_same_file(args->input, args->output, "--output");
     FP4MOE_CHECK(args->checkpoint.empty() == (args->layer < 0),
                  args->checkpoint.empty() ? "--layer needs --checkpoint" : "--checkpoint needs --layer N");
     run_layer(*args);

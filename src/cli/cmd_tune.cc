@@ -44,9 +44,9 @@ struct TuneArgs {
 // A cache directory that exists as something else is a misconfiguration to name, not an empty
 // cache (the layer would never find what `tune` could not store there).
 void require_cache_directory() {
-  namespace fs = std::filesystem;
   const std::string dir = TuningCache::directory();
-  FP4MOE_CHECK(!fs::exists(dir) || fs::is_directory(dir), dir,
+  const PathKind kind = path_kind(dir);
+  FP4MOE_CHECK(kind == PathKind::kMissing || kind == PathKind::kDirectory, dir,
                ": the tuning cache directory (FP4MOE_CACHE_DIR, XDG_CACHE_HOME or HOME) is not a directory");
 }
 
@@ -224,10 +224,19 @@ void run_cache(const CacheArgs& a) {
     FP4MOE_CHECK(a.action != "clear" || is_cache_file_name(fs::path(a.file)), "--file ", a.file,
                  ": not a tuning cache file (tuning-*.json); clear removes only those");
     files = {a.file};
-  } else if (fs::is_directory(dir))
-    for (const auto& e : fs::directory_iterator(dir))
-      if (is_cache_file_name(e.path()))
-        files.push_back(e.path().string());
+  } else if (a.action != "path" && path_kind(dir) == PathKind::kDirectory) {
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (is_cache_file_name(it->path())) {
+        // Only files are cache files: clear removes nothing else (list reports the rest).
+        if (a.action == "clear" && path_kind(it->path().string()) != PathKind::kRegularFile) {
+          std::printf("skipped %s: not a regular file\n", printable(it->path().string()).c_str());
+          continue;
+        }
+        files.push_back(it->path().string());
+      }
+    FP4MOE_CHECK(!ec, dir, ": cannot list the tuning cache directory (", ec.message(), ")");
+  }
   std::sort(files.begin(), files.end());
   if (a.action == "path") {
     const CudaEnvironment env = query_cuda_environment();
@@ -265,8 +274,11 @@ void run_cache(const CacheArgs& a) {
   }
   // clear
   for (const auto& f : files) {
-    fs::remove(f);
-    fs::remove(f + ".lock");
+    for (const std::string& path : {f, f + ".lock"}) {
+      std::error_code ec;
+      fs::remove(path, ec);
+      FP4MOE_CHECK(!ec, path, ": cannot remove (", ec.message(), ")");
+    }
     std::printf("removed %s\n", f.c_str());
   }
   if (files.empty()) std::printf("nothing to remove in %s\n", dir.c_str());

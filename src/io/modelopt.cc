@@ -303,6 +303,20 @@ MoeWeights synthetic_checkpoint_layer(const MoeConfig& cfg, const SynthCheckpoin
   return w;
 }
 
+namespace {
+std::string shard_file_name(int layer, int layers) {
+  char shard[64];
+  std::snprintf(shard, sizeof shard, "model-%05d-of-%05d.safetensors", layer + 1, layers);
+  return shard;
+}
+}  // namespace
+
+std::vector<std::string> synthetic_checkpoint_files(int layers) {
+  std::vector<std::string> files = {"config.json", "hf_quant_config.json", "model.safetensors.index.json"};
+  for (int layer = 0; layer < layers; ++layer) files.push_back(shard_file_name(layer, layers));
+  return files;
+}
+
 void write_synthetic_checkpoint(const std::string& dir, const MoeConfig& cfg, const SynthCheckpointOptions& opt) {
   namespace fs = std::filesystem;
   cfg.validate();
@@ -341,8 +355,7 @@ void write_synthetic_checkpoint(const std::string& dir, const MoeConfig& cfg, co
 
   json weight_map = json::object();
   for (int layer = 0; layer < opt.layers; ++layer) {
-    char shard[64];
-    std::snprintf(shard, sizeof shard, "model-%05d-of-%05d.safetensors", layer + 1, opt.layers);
+    const std::string shard = shard_file_name(layer, opt.layers);
     const std::string prefix = "model.layers." + std::to_string(layer) + ".mlp";
     const uint64_t seed = opt.seed + static_cast<uint64_t>(layer);
     // Tensors in write order: router, bias, then each expert's 12 tensors, then the shared one.

@@ -54,6 +54,9 @@ struct SynthCheckpointOptions {
 // Layer L's weights are make_synthetic_moe(cfg, seed = options.seed + L) (streamed: one expert
 // in memory at a time).
 void write_synthetic_checkpoint(const std::string& dir, const MoeConfig& cfg, const SynthCheckpointOptions& opt);
+// The files it writes in `dir`: config.json, hf_quant_config.json, the index and one shard a
+// layer ("model-00001-of-00002.safetensors").
+std::vector<std::string> synthetic_checkpoint_files(int layers);
 
 // The synthetic layer as write_synthetic_checkpoint writes it (for comparisons).
 MoeWeights synthetic_checkpoint_layer(const MoeConfig& cfg, const SynthCheckpointOptions& opt, int layer);

@@ -191,8 +191,9 @@ NpyArray read_npy(const std::string& path, const std::function<void(const NpyArr
       FP4MOE_FAIL(path, ": malformed .npy shape ", shape);
     }
   }
-  FP4MOE_CHECK(a.descr.size() >= 3 && (a.descr[0] == '<' || a.descr[0] == '|'), path,
-               ": .npy dtype '", a.descr, "' is not little-endian");
+  FP4MOE_CHECK(a.descr.size() >= 3 && a.descr[0] != '>', path, ": .npy dtype '", a.descr, "' is big-endian");
+  FP4MOE_CHECK(a.descr[0] == '<' || a.descr[0] == '|', path, ": .npy dtype '", a.descr,
+               "' is not a plain numeric type (object and structured arrays are not read)");
   try {
     a.item_size();
   } catch (const Error& e) {

@@ -45,15 +45,27 @@ void require_writable_path(const std::string& path, const std::string& option) {
   struct stat st{};
   if (::stat(path.c_str(), &st) == 0) {
     FP4MOE_CHECK(!S_ISDIR(st.st_mode), option, ": ", path, " is a directory");
+    // Opening a FIFO for writing waits for a reader, for ever where none comes (a device such as
+    // /dev/null is taken: it neither blocks nor keeps anything).
+    FP4MOE_CHECK(!S_ISFIFO(st.st_mode) && !S_ISSOCK(st.st_mode), option, ": ", path,
+                 " is a FIFO or socket, not a file (writing would wait for a reader)");
     FP4MOE_CHECK(::access(path.c_str(), W_OK) == 0, option, ": ", path, " is not writable (", std::strerror(errno), ")");
     return;
   }
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  FP4MOE_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), option, ": ", path, ": the directory ", dir,
-               " does not exist");
+  const bool dir_exists = ::stat(dir.c_str(), &st) == 0;
+  FP4MOE_CHECK(dir_exists && S_ISDIR(st.st_mode), option, ": ", path, ": ", dir,
+               dir_exists ? " is not a directory" : " does not exist (no such directory)");
   FP4MOE_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, option, ": ", path, ": the directory ", dir,
                " is not writable (", std::strerror(errno), ")");
+}
+
+void require_not_same_file(const std::string& input, const std::string& output, const std::string& option) {
+  struct stat in{}, out{};
+  if (::stat(input.c_str(), &in) != 0 || ::stat(output.c_str(), &out) != 0) return;
+  FP4MOE_CHECK(in.st_dev != out.st_dev || in.st_ino != out.st_ino, option, ": ", output, " is the input ", input,
+               " (it would be overwritten while, or before, it is read)");
 }
 
 void close_checked(std::ofstream& f, const std::string& path) {

@@ -30,9 +30,14 @@ std::optional<std::string> read_text_file(const std::string& path);
 void write_text_file(const std::string& path, const std::string& text);
 
 // Throws "<option>: <path>: ..." unless a file can be written at `path` (its directory exists
-// and is writable; the path, where it exists, is no directory and is writable), so that an output
-// a run cannot write is refused before the run, not after it. An empty path passes.
+// and is writable; the path, where it exists, is no directory, FIFO or socket and is writable),
+// so that an output a run cannot write is refused before the run, not after it (nor hangs in the
+// open). An empty path passes.
 void require_writable_path(const std::string& path, const std::string& option);
+
+// Throws "<option>: <output> is the input <input> ..." where both name one existing file (the
+// same path, a link to it): the output would replace the input.
+void require_not_same_file(const std::string& input, const std::string& output, const std::string& option);
 
 // Closes `f` and throws "<path>: write failed (<reason>)" where any write to it failed.
 void close_checked(std::ofstream& f, const std::string& path);
