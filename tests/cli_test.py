@@ -190,6 +190,9 @@ with tempfile.TemporaryDirectory() as d:
                        env=dict(os.environ, FP4MOE_CACHE_DIR=cache_file))
     expect_one_line_error(p, "is not a directory")
     check(p.returncode != 0, "cache list with the cache directory a file: rc 0")
+    p = subprocess.run([FP4MOE, "cache", "list"], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, FP4MOE_CACHE_DIR=os.path.join(cache_file, "sub")))
+    expect_one_line_error(p, "which is not a directory")
     # Text from a file is printed with its control bytes escaped (no terminal escape, no broken line).
     ck = os.path.join(d, "ck")
     run("synth", ck, "--hidden", "256", "--intermediate", "256", "--experts", "8", "--top-k", "2")

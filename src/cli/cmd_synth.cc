@@ -39,9 +39,7 @@ void run_synth(const SynthArgs& a) {
   const PathKind kind = path_kind(a.out);
   FP4MOE_CHECK(kind == PathKind::kMissing || kind == PathKind::kDirectory, "out_dir: ", a.out, " is not a directory");
   namespace fs = std::filesystem;
-  fs::path existing = fs::absolute(a.out);
-  while (path_kind(existing.string()) == PathKind::kMissing && existing.has_parent_path() && existing != existing.parent_path())
-    existing = existing.parent_path();
+  const fs::path existing = nearest_existing_path(a.out);
   struct statvfs disk{};
   const double need = a.layers * (per_layer + cfg.num_experts * (cfg.hidden * 2.0 + 4));  // + the router
   if (::statvfs(existing.c_str(), &disk) == 0) {

@@ -48,6 +48,10 @@ void require_cache_directory() {
   const PathKind kind = path_kind(dir);
   FP4MOE_CHECK(kind == PathKind::kMissing || kind == PathKind::kDirectory, dir,
                ": the tuning cache directory (FP4MOE_CACHE_DIR, XDG_CACHE_HOME or HOME) is not a directory");
+  // A directory that is missing because a part of its path is a file can never be made.
+  const std::string existing = nearest_existing_path(dir);
+  FP4MOE_CHECK(path_kind(existing) == PathKind::kDirectory, dir, ": the tuning cache directory (FP4MOE_CACHE_DIR, "
+               "XDG_CACHE_HOME or HOME) is under ", existing, ", which is not a directory");
 }
 
 #ifdef FP4MOE_WITH_CUDA

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <cstring>
 #include <sstream>
 
@@ -18,6 +19,12 @@ PathKind path_kind(const std::string& path) {
     return PathKind::kMissing;
   }
   return S_ISREG(st.st_mode) ? PathKind::kRegularFile : S_ISDIR(st.st_mode) ? PathKind::kDirectory : PathKind::kOther;
+}
+
+std::string nearest_existing_path(const std::string& path) {
+  std::filesystem::path p = std::filesystem::absolute(path);
+  while (path_kind(p.string()) == PathKind::kMissing && p.has_parent_path() && p != p.parent_path()) p = p.parent_path();
+  return p.string();
 }
 
 void require_regular_file(const std::string& path) {

@@ -19,6 +19,10 @@ inline constexpr size_t kMaxTextFileBytes = size_t{100} << 20;
 enum class PathKind { kMissing, kRegularFile, kDirectory, kOther };
 PathKind path_kind(const std::string& path);
 
+// The longest leading part of `path` (made absolute) that exists: `path` itself where it exists.
+// Where it is no directory, nothing below it can be created.
+std::string nearest_existing_path(const std::string& path);
+
 // Throws "<path>: not a regular file" (or "cannot stat") unless `path` is a regular file.
 void require_regular_file(const std::string& path);
 
