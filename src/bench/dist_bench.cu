@@ -366,22 +366,15 @@ int run_dist_bench(const DistBenchOptions& o) {
   // an exception printed its message; one killed by a signal (the out-of-memory killer, a crash)
   // could not, so it is named here. The ranks stopped here are not.
   int failed = 0;
-  for (size_t left = pids.size(); left > 0; --left) {
+  for (size_t running = pids.size(); running > 0;) {
     int st = 0;
     const pid_t done = wait(&st);
-    if (done < 0) {
-      if (errno == EINTR) {
-        ++left;
-        continue;
-      }
-      break;
-    }
+    if (done < 0 && errno == EINTR) continue;
+    if (done < 0) break;
     const auto rank = std::find(pids.begin(), pids.end(), done);
-    if (rank == pids.end()) {  // not a rank: still wait for as many ranks
-      ++left;
-      continue;
-    }
+    if (rank == pids.end()) continue;  // not a rank
     *rank = 0;
+    --running;
     if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
     if (failed++ == 0) {
       if (WIFSIGNALED(st))

@@ -285,7 +285,7 @@ void register_run(CLI::App& app) {
   cmd->callback([args, cmd] {
     args->iters_given = cmd->count("--iters") > 0;
     require_writable_path(args->output, "--output");
-    if (!args->input.empty() && !args->output.empty()) require_not_same_file(args->input, args->output, "--output");
+    require_not_same_file(args->input, args->output, "--output");  // (passes where either is not given)
     FP4MOE_CHECK(args->checkpoint.empty() == (args->layer < 0),
                  args->checkpoint.empty() ? "--layer needs --checkpoint" : "--checkpoint needs --layer N");
     run_layer(*args);

@@ -44,14 +44,13 @@ struct TuneArgs {
 // A cache directory that exists as something else is a misconfiguration to name, not an empty
 // cache (the layer would never find what `tune` could not store there).
 void require_cache_directory() {
+  // (missing, it is made on the first write: unless a part of its path is a file)
   const std::string dir = TuningCache::directory();
-  const PathKind kind = path_kind(dir);
-  FP4MOE_CHECK(kind == PathKind::kMissing || kind == PathKind::kDirectory, dir,
-               ": the tuning cache directory (FP4MOE_CACHE_DIR, XDG_CACHE_HOME or HOME) is not a directory");
-  // A directory that is missing because a part of its path is a file can never be made.
   const std::string existing = nearest_existing_path(dir);
-  FP4MOE_CHECK(path_kind(existing) == PathKind::kDirectory, dir, ": the tuning cache directory (FP4MOE_CACHE_DIR, "
-               "XDG_CACHE_HOME or HOME) is under ", existing, ", which is not a directory");
+  FP4MOE_CHECK(path_kind(existing) == PathKind::kDirectory, dir,
+               ": the tuning cache directory (FP4MOE_CACHE_DIR, XDG_CACHE_HOME or HOME) ",
+               existing == std::filesystem::absolute(dir).string() ? "is not a directory"
+                                                                   : "is under " + existing + ", which is not a directory");
 }
 
 #ifdef FP4MOE_WITH_CUDA

@@ -174,15 +174,7 @@ void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T,
   int64_t P = 0;
   try {
     FP4MOE_CHECK(T >= 0 && T <= (int64_t{1} << 24), "EP forward: token count ", T, " out of [0, 2^24]");
-    if (T > 0) {
-      FP4MOE_CHECK(hidden && logits && out, "EP forward: null device pointer");
-      // The row gather and the combine move 16 bytes at a time; the routing reads fp32 logits.
-      FP4MOE_CHECK(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(logits) % 4 == 0,
-                   "EP forward: hidden and out must be 16-byte aligned and logits 4-byte aligned");
-      check_device_pointers({{"EP forward: hidden", hidden}, {"EP forward: logits", logits}, {"EP forward: out", out}},
-                            device_);
-    }
+    if (T > 0) check_layer_io("EP forward", hidden, logits, out, device_);
     P = T * k;
     topk_ids_.resize(P * 4);
     topk_w_.resize(P * 4);

@@ -40,7 +40,8 @@ void write_text_file(const std::string& path, const std::string& text);
 void require_writable_path(const std::string& path, const std::string& option);
 
 // Throws "<option>: <output> is the input <input> ..." where both name one existing file (the
-// same path, a link to it): the output would replace the input.
+// same path, a link to it): the output would replace the input. Passes where either is not a
+// file there (an empty path: an option not given).
 void require_not_same_file(const std::string& input, const std::string& output, const std::string& option);
 
 // Closes `f` and throws "<path>: write failed (<reason>)" where any write to it failed.

@@ -1,5 +1,5 @@
-// check_device_pointers: refuses, by name, an argument that is not device memory of the GPU the
-// work runs on.
+// check_layer_io: refuses, by name, a layer call's argument that is null, misaligned or not
+// device memory of the GPU the work runs on.
 //
 // The layer's kernels read and write through the caller's pointers, and the layer's contract is
 // device memory of its GPU. Host memory (a std::vector, pageable or pinned) or another GPU's
@@ -12,7 +12,7 @@
 
 #include <cuda_runtime.h>
 
-#include <initializer_list>
+#include <cstdint>
 #include <utility>
 
 #include "fp4moe/error.h"
@@ -34,25 +34,35 @@ class RelaxedCaptureMode {
   cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
 };
 
-// Each (name, pointer): device memory of `device` passes, and managed memory (which any GPU of a
-// Linux host may touch); host memory, registered or not, and other GPUs' memory throw an Error
-// naming the argument ("forward: hidden is host memory ...").
-inline void check_device_pointers(std::initializer_list<std::pair<const char*, const void*>> args, int device) {
-  const RelaxedCaptureMode relaxed;  // one switch for all the queries (an eager call pays ~1 us)
-  for (const auto& [what, p] : args) {
+// A layer call's three arrays, checked before anything is enqueued; `call` begins each message
+// ("forward: null device pointer", "EP forward: hidden is host memory ..."):
+// - none null;
+// - hidden and out 16-byte aligned, logits 4-byte aligned (the kernels move hidden and output
+//   rows 16 bytes at a time: cp.async, uint4 stores; the routing reads fp32 logits);
+// - each device memory of `device` or managed memory (which any GPU of a Linux host may touch);
+//   host memory, registered or not, and other GPUs' memory are refused, naming the argument.
+inline void check_layer_io(const char* call, const uint16_t* hidden, const float* logits, const uint16_t* out,
+                           int device) {
+  FP4MOE_CHECK(hidden && logits && out, call, ": null device pointer");
+  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(logits) % 4 == 0,
+               call, ": hidden and out must be 16-byte aligned and logits 4-byte aligned");
+  const RelaxedCaptureMode relaxed;  // one switch for the three queries (an eager call pays ~1 us)
+  for (const auto& [what, p] : {std::pair<const char*, const void*>{"hidden", hidden}, {"logits", logits}, {"out", out}}) {
     cudaPointerAttributes a{};
     FP4MOE_CUDA_CHECK(cudaPointerGetAttributes(&a, p));
     switch (a.type) {
       case cudaMemoryTypeManaged:
         break;
       case cudaMemoryTypeDevice:
-        FP4MOE_CHECK(a.device == device, what, " is memory of GPU ", a.device, ", not of the layer's GPU ", device);
+        FP4MOE_CHECK(a.device == device, call, ": ", what, " is memory of GPU ", a.device, ", not of the layer's GPU ",
+                     device);
         break;
       case cudaMemoryTypeHost:
-        FP4MOE_FAIL(what, " is host memory (cudaHostAlloc or registered), not device memory of GPU ", device);
+        FP4MOE_FAIL(call, ": ", what, " is host memory (cudaHostAlloc or registered), not device memory of GPU ", device);
       default:
-        FP4MOE_FAIL(what, " is not CUDA memory (a host allocation: malloc, new, std::vector), not device memory of GPU ",
-                    device);
+        FP4MOE_FAIL(call, ": ", what,
+                    " is not CUDA memory (a host allocation: malloc, new, std::vector), not device memory of GPU ", device);
     }
   }
 }

@@ -611,12 +611,7 @@ void GpuMoeLayerImpl::enqueue(const uint16_t* hidden, const float* logits, int64
   };
   FP4MOE_CHECK(tokens >= 1 && tokens <= (int64_t{1} << 24), "forward: token count ", tokens,
                " out of [1, 2^24]");
-  FP4MOE_CHECK(hidden && logits && out, "forward: null device pointer");
-  // The kernels move hidden rows and output rows 16 bytes at a time (cp.async, uint4 stores).
-  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(logits) % 4 == 0,
-               "forward: hidden and out must be 16-byte aligned and logits 4-byte aligned");
-  check_device_pointers({{"forward: hidden", hidden}, {"forward: logits", logits}, {"forward: out", out}}, device_);
+  check_layer_io("forward", hidden, logits, out, device_);
   const LayerPlan plan = plan_in ? *plan_in : plan_for(tokens);
   const W4a16Kernel& k1 = kernel_for(plan.fc1, Epilogue::kSwiglu);
   const W4a16Kernel& k2 = kernel_for(plan.fc2, Epilogue::kFinalize);
