@@ -1,13 +1,16 @@
 // fp4moe/tuning_cache.h - the persistent tuning cache and token buckets.
 //
-// One JSON file per library version and architecture under
-//   ${FP4MOE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fp4moe}/tuning-<version>-sm_<NN>.json
-// Each entry is keyed by GPU name, sm, driver version, library version, the GEMM (output rows,
-// K, epilogue) and the token bucket, and holds the winning tactic, its time and the runner-up.
-// Writes merge with what is on disk under an exclusive lock (flock) and replace the file
-// atomically (temp file + rename), so concurrent tuners never corrupt it. A corrupt file, one of
-// another library version or schema, and entries of another GPU or driver are reported and
-// ignored - never fatal.
+// One JSON file per build (fp4moe/build_id.h: the version and a fingerprint of the sources and
+// build settings) and architecture under
+//   ${FP4MOE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fp4moe}/tuning-<build id>-sm_<NN>.json
+// A winner is a measurement of the kernels, heuristic and code generation that timed it, so
+// another build neither reads nor overwrites it. Each entry is keyed by GPU name, sm, SM count,
+// driver version, build, the GEMM (output rows, K, epilogue, routing shape) and the token bucket,
+// and holds the winning tactic, its time and the runner-up. Writes merge with what is on disk
+// under an exclusive lock (flock on <file>.lock, which is never removed) and replace the file
+// atomically (temp file + rename), so concurrent tuners never corrupt it. A corrupt file or one
+// of another schema or build is reported and ignored - never fatal - and a write moves it aside
+// to <file>.rejected instead of overwriting it; entries of another GPU or driver are ignored.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "fp4moe/build_id.h"
 #include "fp4moe/moe.h"
 #include "fp4moe/tactic.h"
 
@@ -31,8 +35,9 @@ const std::vector<int64_t>& token_buckets();
 int64_t nearest_bucket(int64_t tokens);
 
 // One grouped GEMM of a layer. The routing shape belongs to it: at a given batch size the
-// tokens per expert (T k / E), and so the best token tile, follow from E and k, and the shared
-// expert adds a group that every token visits.
+// tokens per expert (T k / E), and so the best token tile, follow from E and k, the shared
+// expert adds a group that every token visits, and the small-batch and fused families run the
+// routing itself inside their kernels (softmax or grouped sigmoid, over n_group groups).
 struct GemmKey {
   int64_t n_out = 0;  // output rows of the GEMM (FC1: 2 I; FC2: H)
   int64_t k = 0;      // reduction (FC1: H; FC2: I)
@@ -40,6 +45,9 @@ struct GemmKey {
   int experts = 0;    // routed experts E
   int top_k = 0;      // experts per token
   bool shared_expert = false;
+  RoutingMode routing = RoutingMode::kSigmoidNoAuxTc;
+  int n_group = 1;     // routing groups ...
+  int topk_group = 1;  // ... and how many of them compete
   constexpr bool operator==(const GemmKey&) const = default;
 };
 
@@ -52,8 +60,9 @@ std::string describe(const GemmKey& g);
 struct CacheIdentity {  // what makes a measurement valid
   std::string gpu;      // device name
   int sm = 0;
+  int sm_count = 0;     // SMs the layer's device offers (a partitioned GPU has fewer)
   int driver = 0;       // cudaDriverGetVersion
-  std::string library;  // FP4MOE_VERSION
+  std::string library;  // build_id(): the version and the sources' fingerprint
   constexpr bool operator==(const CacheIdentity&) const = default;
 };
 
@@ -69,9 +78,9 @@ struct CacheEntry {
 
 class TuningCache {
  public:
-  // The cache directory (environment as above) and the file for an architecture.
+  // The cache directory (environment as above) and the file of a build and architecture.
   static std::string directory();
-  static std::string file_for(int sm, const std::string& library_version);
+  static std::string file_for(int sm, const std::string& build = build_id());
 
   // Loads `path`; problems go to `warnings` (one line each) and the bad parts are skipped.
   static TuningCache load(const std::string& path, std::vector<std::string>* warnings = nullptr);
@@ -85,18 +94,24 @@ class TuningCache {
   std::optional<CacheEntry> lookup(const CacheIdentity& id, const GemmKey& g, int64_t tokens) const;
 
   const std::vector<CacheEntry>& entries() const { return entries_; }
-  // Counts the entries measured on another GPU, driver or library: they are ignored by
+  // Counts the entries measured on another GPU, driver or build: they are ignored by
   // find()/lookup(); this lets a caller report them.
   int foreign_entries(const CacheIdentity& id) const;
   void put(const CacheEntry& e);  // replaces the entry of the same identity, GEMM and bucket
 
   // Merges `entries` into the file under a lock and replaces it atomically. Returns the file's
   // entries after the merge.
+  // A file that load() ignores as a whole (corrupt, another schema or build) is renamed to
+  // <path>.rejected first, with a warning: what another build measured is not overwritten.
   static TuningCache merge_into_file(const std::string& path, const std::vector<CacheEntry>& entries,
                                      std::vector<std::string>* warnings = nullptr);
+  // Removes a cache file under its lock (a tuner merging into it finishes first); the lock's
+  // side file stays.
+  static void remove_file(const std::string& path);
 
  private:
   std::string path_;
+  bool rejected_ = false;  // the file was ignored as a whole
   std::vector<CacheEntry> entries_;
 };
 

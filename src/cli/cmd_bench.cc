@@ -14,6 +14,7 @@
 #include "cli/shape_options.h"
 #include "cli/validators.h"
 #include "common/host_memory.h"
+#include "fp4moe/build_id.h"
 #include "fp4moe/error.h"
 #include "fp4moe/hw.h"
 #include "fp4moe/sharding.h"
@@ -245,7 +246,7 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
     if (r.ceilings.bf16_sustained_clock) ceilings["bf16_sustained_clock"] = clock_json(*r.ceilings.bf16_sustained_clock);
   }
   if (!a.json.empty())
-    write_json(a.json, {{"schema", "fp4moe-bench/1"}, {"version", FP4MOE_VERSION},
+    write_json(a.json, {{"schema", "fp4moe-bench/1"}, {"version", FP4MOE_VERSION}, {"build", build_id()},
                         {"gpu", gpu_json(r.gpu)}, {"config", config_json(cfg)},
                         {"ceilings", ceilings},
                         {"options", {{"seed", o.seed}, {"skew", o.skew}, {"cold_l2", o.cold_l2},
@@ -308,7 +309,7 @@ void run_cpu(const BenchArgs& a, const MoeConfig& cfg, const std::string& why) {
     rows.push_back(j);
   }
   if (!a.json.empty())
-    write_json(a.json, {{"schema", "fp4moe-bench/1"}, {"version", FP4MOE_VERSION},
+    write_json(a.json, {{"schema", "fp4moe-bench/1"}, {"version", FP4MOE_VERSION}, {"build", build_id()},
                         {"gpu", gpu_json(g)}, {"config", config_json(cfg)},
                         {"ceilings", {{"read_gbs", bw / 1e9}, {"bf16_tflops", tf / 1e12}, {"source", "datasheet"}}},
                         {"options", {{"seed", a.seed}, {"skew", a.skew}}},

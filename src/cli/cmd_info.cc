@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "fp4moe/build_id.h"
 #include "fp4moe/hw.h"
 #include "fp4moe/version.h"
 
@@ -18,6 +19,7 @@ void register_info(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "Version, build options, CUDA runtime and driver, GPUs");
   cmd->callback([] {
     std::printf("fp4moe %s (%s build)\n", FP4MOE_VERSION, FP4MOE_BUILD_TYPE);
+    std::printf("  build id          : %s (the sources' fingerprint: the tuning cache's key)\n", build_id());
     std::printf("  C++ compiler      : %s\n", FP4MOE_CXX_COMPILER);
 #ifdef FP4MOE_WITH_CUDA
     std::printf("  CUDA              : enabled, nvcc %s\n", FP4MOE_CUDA_COMPILER);

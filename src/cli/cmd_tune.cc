@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 
 #include "cli/commands.h"
 #include "cli/printable.h"
@@ -19,7 +20,6 @@
 #include "fp4moe/synthetic.h"
 #include "fp4moe/tune.h"  // host declarations (TuneOptions' defaults), with or without CUDA
 #include "fp4moe/tuning_cache.h"
-#include "fp4moe/version.h"
 #include "io/text_file.h"
 #ifdef FP4MOE_WITH_CUDA
 #include "fp4moe/layer.h"
@@ -173,7 +173,7 @@ void run_tune(const TuneArgs& a) {
   // Each bucket goes to the cache (and the JSON) as it finishes: a run cut short - a timeout, ^C,
   // a lost machine - keeps the buckets it finished, and its output says how far it got.
   const CacheIdentity& id = layer->cache_identity();
-  const std::string path = TuningCache::file_for(id.sm, FP4MOE_VERSION);
+  const std::string path = TuningCache::file_for(id.sm);
   std::printf("tuning %s (H %lld, I %lld, E %d, top-%d) on %s; each bucket is stored in %s as it finishes\n",
               cfg.name.c_str(), static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.intermediate),
               cfg.num_experts, cfg.routing.top_k, id.gpu.c_str(), path.c_str());
@@ -204,9 +204,14 @@ void run_tune(const TuneArgs& a) {
 #endif
 }
 
-// The tuner's files are named tuning-<version>-sm_<N>.json (TuningCache::file_for).
+// The tuner's files are named tuning-<build id>-sm_<N>.json (TuningCache::file_for); a file a
+// tuner would not read is moved aside to the same name + ".rejected" (merge_into_file).
 bool is_cache_file_name(const std::filesystem::path& p) {
-  return p.extension() == ".json" && p.filename().string().rfind("tuning-", 0) == 0;
+  const std::string name = p.filename().string();
+  const auto ends_with = [&](std::string_view tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return name.rfind("tuning-", 0) == 0 && (ends_with(".json") || ends_with(".json.rejected"));
 }
 
 struct CacheArgs {
@@ -225,7 +230,7 @@ void run_cache(const CacheArgs& a) {
     // as the tuner names its files, and every action needs it to exist.
     require_regular_file(a.file);
     FP4MOE_CHECK(a.action != "clear" || is_cache_file_name(fs::path(a.file)), "--file ", a.file,
-                 ": not a tuning cache file (tuning-*.json); clear removes only those");
+                 ": not a tuning cache file (tuning-*.json or tuning-*.json.rejected); clear removes only those");
     files = {a.file};
   } else if (a.action != "path" && path_kind(dir) == PathKind::kDirectory) {
     std::error_code ec;
@@ -245,7 +250,7 @@ void run_cache(const CacheArgs& a) {
     const CudaEnvironment env = query_cuda_environment();
     std::printf("cache directory: %s\n", dir.c_str());
     if (!env.devices.empty())
-      std::printf("this GPU's file: %s\n", TuningCache::file_for(env.devices[0].sm, FP4MOE_VERSION).c_str());
+      std::printf("this GPU's file: %s\n", TuningCache::file_for(env.devices[0].sm).c_str());
     return;
   }
   if (a.action == "list") {
@@ -277,11 +282,7 @@ void run_cache(const CacheArgs& a) {
   }
   // clear
   for (const auto& f : files) {
-    for (const std::string& path : {f, f + ".lock"}) {
-      std::error_code ec;
-      fs::remove(path, ec);
-      FP4MOE_CHECK(!ec, path, ": cannot remove (", ec.message(), ")");
-    }
+    TuningCache::remove_file(f);  // under the tuner's lock, which stays (tuning_cache.h)
     std::printf("removed %s\n", f.c_str());
   }
   if (files.empty()) std::printf("nothing to remove in %s\n", dir.c_str());

@@ -25,7 +25,6 @@
 #include "fp4moe/layer.h"
 #include "fp4moe/resource_model.h"
 #include "fp4moe/tuning_cache.h"
-#include "fp4moe/version.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/fragment_order.h"
 #include "kernels/gemm/fused_params.h"
@@ -97,6 +96,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   LayerPlan plan_for_heuristic(int64_t tokens) const override { return heuristic_plan(cfg_, tokens, gpu_); }
   std::string plan_source(int64_t tokens) const override;
   std::pair<LayerPlan, std::string> planned(int64_t tokens) const;
+  std::pair<LayerPlan, std::string> plan_from(int64_t tokens, const TuningCache* cache) const;
   void set_tuning_cache(std::shared_ptr<const TuningCache> cache) override {
     const std::lock_guard<std::mutex> lock(cache_mutex_);
     cache_ = std::move(cache);
@@ -232,9 +232,11 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   bool clock_on_ = false;
   mutable std::mutex cache_mutex_;  // cache_ may be replaced while another thread plans
   std::shared_ptr<const TuningCache> cache_;
-  // The resource model's verdicts on cached tactics, by (encoded tactic, tokens): see admitted().
-  mutable std::mutex admitted_mutex_;
-  mutable std::map<std::pair<unsigned long long, int64_t>, bool> admitted_;
+  // The plans made so far, by token count, and the cache they were made with (held, so that a
+  // replaced cache is never mistaken for its successor): see planned().
+  mutable std::mutex plans_mutex_;
+  mutable std::shared_ptr<const TuningCache> plans_cache_;
+  mutable std::map<int64_t, std::pair<LayerPlan, std::string>> plans_;
   // One call at a time on the host (the workspace and the fields below), and on the GPU: the
   // workspace is the layer's, so each eager call waits for the previous eager call's end
   // (call_done_, recorded after each), whatever stream either was on.
@@ -351,13 +353,13 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
   // caller's non-blocking streams do not wait for) has landed: the layer is whole on return.
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
 
-  identity_ = CacheIdentity{gpu_.name, gpu_.sm, env.driver_version, FP4MOE_VERSION};
+  identity_ = CacheIdentity{gpu_.name, gpu_.sm, gpu_.sm_count, env.driver_version, build_id()};
   if (opt.use_tuning_cache) {
-    const std::string path = TuningCache::file_for(gpu_.sm, FP4MOE_VERSION);
+    const std::string path = TuningCache::file_for(gpu_.sm);
     auto cache = std::make_shared<TuningCache>(TuningCache::load(path, &cache_warnings_));
     if (const int foreign = cache->foreign_entries(identity_))
       cache_warnings_.push_back(path + ": " + std::to_string(foreign) +
-                                " entries measured on another GPU, driver or library version ignored");
+                                " entries measured on another GPU, SM count or driver ignored");
     cache_ = std::move(cache);
   }
 }
@@ -367,12 +369,32 @@ LayerPlan GpuMoeLayerImpl::plan_for(int64_t tokens) const { return planned(token
 std::string GpuMoeLayerImpl::plan_source(int64_t tokens) const { return planned(tokens).second; }
 
 // The plan for `tokens` and where each GEMM's tactic came from ("cache" or "heuristic"), decided
-// together so that the source always describes the plan returned.
+// together so that the source always describes the plan returned. Remembered per token count
+// for the cache in use: an eager forward() plans at every call, and the heuristic with the
+// resource model's verdicts costs 4-13 us of host time, half a glm5-tp8 decode layer.
 std::pair<LayerPlan, std::string> GpuMoeLayerImpl::planned(int64_t tokens) const {
   FP4MOE_CHECK(tokens >= 1 && tokens <= (int64_t{1} << 24), "plan_for: token count ", tokens, " out of [1, 2^24]");
+  const std::shared_ptr<const TuningCache> cache = tuning_cache();
+  {
+    const std::lock_guard<std::mutex> lock(plans_mutex_);
+    if (plans_cache_ != cache) {
+      plans_.clear();
+      plans_cache_ = cache;
+    }
+    if (const auto it = plans_.find(tokens); it != plans_.end()) return it->second;
+  }
+  const std::pair<LayerPlan, std::string> made = plan_from(tokens, cache.get());
+  const std::lock_guard<std::mutex> lock(plans_mutex_);
+  if (plans_cache_ == cache) {  // not if the cache was replaced meanwhile
+    if (plans_.size() >= 4096) plans_.clear();  // a bound for callers of many batch sizes
+    plans_.emplace(tokens, made);
+  }
+  return made;
+}
+
+std::pair<LayerPlan, std::string> GpuMoeLayerImpl::plan_from(int64_t tokens, const TuningCache* cache) const {
   const LayerPlan plan = plan_for_heuristic(tokens);
   const std::pair<LayerPlan, std::string> heuristic{plan, "heuristic/heuristic"};
-  const std::shared_ptr<const TuningCache> cache = tuning_cache();
   if (!cache) return heuristic;
   LayerPlan cached = plan;
   bool from_cache[2] = {false, false};
@@ -397,20 +419,10 @@ std::pair<LayerPlan, std::string> GpuMoeLayerImpl::planned(int64_t tokens) const
 }
 
 // Whether the resource model admits `t` for this layer's GEMM of epilogue `ep` at `tokens`, as the
-// tuner required of every candidate. Remembered: planning runs at every forward call, and the
-// model's report (with its reason in words) costs microseconds of host time.
+// tuner required of every candidate.
 bool GpuMoeLayerImpl::admitted(const Tactic& t, Epilogue ep, int64_t tokens) const {
-  const std::pair<unsigned long long, int64_t> key{encode_tactic(t), tokens};
-  {
-    const std::lock_guard<std::mutex> lock(admitted_mutex_);
-    if (const auto it = admitted_.find(key); it != admitted_.end()) return it->second;
-  }
-  const bool fits = tactic_range_error(t).empty() &&
-                    model_resources(t, gpu_, DataType::kNvfp4, gemm_model_options(cfg_, tokens, ep)).fits;
-  const std::lock_guard<std::mutex> lock(admitted_mutex_);
-  if (admitted_.size() >= 4096) admitted_.clear();  // a bound for callers of many batch sizes
-  admitted_.emplace(key, fits);
-  return fits;
+  return tactic_range_error(t).empty() &&
+         model_resources(t, gpu_, DataType::kNvfp4, gemm_model_options(cfg_, tokens, ep)).fits;
 }
 
 // The kernel that runs `t` for a GEMM of epilogue `ep` on this GPU, or nullptr with the reason in

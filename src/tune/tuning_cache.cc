@@ -13,7 +13,6 @@
 #include <sstream>
 
 #include "fp4moe/error.h"
-#include "fp4moe/version.h"
 #include "io/json_document.h"
 #include "io/text_file.h"
 
@@ -21,11 +20,14 @@ namespace fp4moe {
 namespace {
 
 using json = nlohmann::json;
-constexpr const char* kSchema = "fp4moe-tuning/2";  // 2: the routing shape joined the GEMM key
+constexpr const char* kSchema = "fp4moe-tuning/3";  // 2: the routing shape joined the GEMM key;
+                                                    // 3: the routing mode and groups, the SM count
+                                                    // and the build fingerprint
 
 json to_json(const CacheEntry& e) {
   json j = {{"gpu", e.id.gpu},
             {"sm", e.id.sm},
+            {"sm_count", e.id.sm_count},
             {"driver", e.id.driver},
             {"library", e.id.library},
             {"gemm",
@@ -34,7 +36,10 @@ json to_json(const CacheEntry& e) {
               {"epilogue", to_string(e.gemm.epilogue)},
               {"experts", e.gemm.experts},
               {"top_k", e.gemm.top_k},
-              {"shared_expert", e.gemm.shared_expert}}},
+              {"shared_expert", e.gemm.shared_expert},
+              {"routing", to_string(e.gemm.routing)},
+              {"n_group", e.gemm.n_group},
+              {"topk_group", e.gemm.topk_group}}},
             {"bucket", e.bucket},
             {"winner", format_tactic(e.winner)},
             {"time_us", e.time_us}};
@@ -43,6 +48,12 @@ json to_json(const CacheEntry& e) {
     j["runner_up_us"] = e.runner_up_us;
   }
   return j;
+}
+
+RoutingMode routing_from(const std::string& s) {
+  for (RoutingMode m : {RoutingMode::kSoftmaxTopK, RoutingMode::kSigmoidNoAuxTc})
+    if (s == to_string(m)) return m;
+  FP4MOE_FAIL("unknown routing '", s, "'");
 }
 
 Epilogue epilogue_from(const std::string& s) {
@@ -79,6 +90,7 @@ CacheEntry from_json(const json& j) {
   const json& g = j.at("gemm");
   e.id.gpu = j.at("gpu").get<std::string>();
   e.id.sm = integer<int>(j, "sm", 0, 1000);
+  e.id.sm_count = integer<int>(j, "sm_count", 1, 1 << 20);
   e.id.driver = integer<int>(j, "driver", 0, 1 << 30);
   e.id.library = j.at("library").get<std::string>();
   e.gemm.n_out = integer<int64_t>(g, "n_out", 1, kBig);
@@ -87,6 +99,9 @@ CacheEntry from_json(const json& j) {
   e.gemm.experts = integer<int>(g, "experts", 1, 1 << 20);
   e.gemm.top_k = integer<int>(g, "top_k", 1, 1 << 20);
   e.gemm.shared_expert = g.at("shared_expert").get<bool>();
+  e.gemm.routing = routing_from(g.at("routing").get<std::string>());
+  e.gemm.n_group = integer<int>(g, "n_group", 1, 1 << 20);
+  e.gemm.topk_group = integer<int>(g, "topk_group", 1, 1 << 20);
   e.bucket = integer<int64_t>(j, "bucket", 1, kBig);
   // A tactic of another epilogue could not run this GEMM: the entry is corrupt, not a plan.
   auto tactic_for_gemm = [&](const char* key) {
@@ -114,30 +129,29 @@ bool same_slot(const CacheEntry& a, const CacheEntry& b) {
   return a.id == b.id && a.gemm == b.gemm && a.bucket == b.bucket;
 }
 
-// Parses file text; problems are warnings, never errors.
-std::vector<CacheEntry> parse(const std::string& text, const std::string& path, std::vector<std::string>* w) {
-  auto warn = [&](const std::string& m) { if (w) w->push_back(path + ": " + m); };
+// Parses file text; problems are warnings, never errors. *rejected: the file was ignored as a
+// whole (not one of this schema and build), as opposed to some of its entries.
+std::vector<CacheEntry> parse(const std::string& text, const std::string& path, std::vector<std::string>* w,
+                              bool* rejected) {
   std::vector<CacheEntry> out;
+  auto warn = [&](const std::string& m) { if (w) w->push_back(path + ": " + m); };
+  auto reject = [&](const std::string& m) {
+    warn(m);
+    *rejected = true;
+    return out;
+  };
   json j;
   try {
     j = parse_json_document(text, "corrupt tuning cache ignored");
   } catch (const Error& e) {
-    warn(e.what());
-    return out;
+    return reject(e.what());
   }
-  if (!j.is_object() || string_member(j, "schema", "") != kSchema) {
-    warn("schema " + (j.is_object() ? string_member(j, "schema", "?") : std::string("?")) + ", this build reads " +
-         kSchema + ": ignored");
-    return out;
-  }
-  if (string_member(j, "library", "") != FP4MOE_VERSION) {
-    warn("written by fp4moe " + string_member(j, "library", "?") + ", this is " + FP4MOE_VERSION + ": ignored");
-    return out;
-  }
-  if (!j.contains("entries") || !j["entries"].is_array()) {
-    warn("no entries array: ignored");
-    return out;
-  }
+  if (!j.is_object() || string_member(j, "schema", "") != kSchema)
+    return reject("schema " + (j.is_object() ? string_member(j, "schema", "?") : std::string("?")) +
+                  ", this build reads " + kSchema + ": ignored");
+  if (string_member(j, "library", "") != build_id())
+    return reject("written by fp4moe " + string_member(j, "library", "?") + ", this is " + build_id() + ": ignored");
+  if (!j.contains("entries") || !j["entries"].is_array()) return reject("no entries array: ignored");
   for (const auto& e : j["entries"]) {
     try {
       out.push_back(from_json(e));
@@ -149,7 +163,7 @@ std::vector<CacheEntry> parse(const std::string& text, const std::string& path, 
 }
 
 std::string render(const std::vector<CacheEntry>& entries, int sm) {
-  json j = {{"schema", kSchema}, {"library", FP4MOE_VERSION}, {"arch", "sm_" + std::to_string(sm)}};
+  json j = {{"schema", kSchema}, {"library", build_id()}, {"arch", "sm_" + std::to_string(sm)}};
   j["entries"] = json::array();
   for (const auto& e : entries) j["entries"].push_back(to_json(e));
   return j.dump(1) + "\n";
@@ -157,21 +171,31 @@ std::string render(const std::vector<CacheEntry>& entries, int sm) {
 
 }  // namespace
 
-GemmKey fc1_key(const MoeConfig& cfg) {
-  return GemmKey{2 * cfg.intermediate, cfg.hidden,       Epilogue::kSwiglu,
-                 cfg.num_experts,      cfg.routing.top_k, cfg.has_shared_expert()};
+namespace {
+GemmKey gemm_key(const MoeConfig& cfg, int64_t n_out, int64_t k, Epilogue epilogue) {
+  return GemmKey{n_out,
+                 k,
+                 epilogue,
+                 cfg.num_experts,
+                 cfg.routing.top_k,
+                 cfg.has_shared_expert(),
+                 cfg.routing.mode,
+                 cfg.routing.n_group,
+                 cfg.routing.topk_group};
 }
+}  // namespace
 
-GemmKey fc2_key(const MoeConfig& cfg) {
-  return GemmKey{cfg.hidden,      cfg.intermediate,  Epilogue::kFinalize,
-                 cfg.num_experts, cfg.routing.top_k, cfg.has_shared_expert()};
-}
+GemmKey fc1_key(const MoeConfig& cfg) { return gemm_key(cfg, 2 * cfg.intermediate, cfg.hidden, Epilogue::kSwiglu); }
+
+GemmKey fc2_key(const MoeConfig& cfg) { return gemm_key(cfg, cfg.hidden, cfg.intermediate, Epilogue::kFinalize); }
 
 std::string describe(const GemmKey& g) {
   std::ostringstream o;
   o << (g.epilogue == Epilogue::kFinalize ? "FC2 " : g.epilogue == Epilogue::kSwiglu ? "FC1 " : "GEMM ") << g.n_out
     << " x " << g.k << " " << to_string(g.epilogue) << " (E " << g.experts << ", top-" << g.top_k
-    << (g.shared_expert ? ", shared)" : ")");
+    << (g.shared_expert ? ", shared, " : ", ") << to_string(g.routing);
+  if (g.n_group > 1) o << " " << g.topk_group << " of " << g.n_group << " groups";
+  o << ")";
   return o.str();
 }
 
@@ -203,8 +227,8 @@ std::string TuningCache::directory() {
   return std::string(home && *home ? home : ".") + "/.cache/fp4moe";
 }
 
-std::string TuningCache::file_for(int sm, const std::string& library_version) {
-  return directory() + "/tuning-" + library_version + "-sm_" + std::to_string(sm) + ".json";
+std::string TuningCache::file_for(int sm, const std::string& build) {
+  return directory() + "/tuning-" + build + "-sm_" + std::to_string(sm) + ".json";
 }
 
 TuningCache TuningCache::load(const std::string& path, std::vector<std::string>* warnings) {
@@ -227,7 +251,7 @@ TuningCache TuningCache::from_text(const std::string& text, const std::string& l
                                    std::vector<std::string>* warnings) {
   TuningCache c;
   c.path_ = label;
-  c.entries_ = parse(text, label, warnings);
+  c.entries_ = parse(text, label, warnings, &c.rejected_);
   return c;
 }
 
@@ -264,6 +288,40 @@ void TuningCache::put(const CacheEntry& e) {
   entries_.push_back(e);
 }
 
+namespace {
+// The exclusive lock of a cache file: flock on the side file <path>.lock, held while a file is
+// read, merged and replaced, or removed. The side file is never removed: a writer holding the
+// lock of an unlinked inode would no longer exclude the next one, which locks a new file.
+class CacheFileLock {
+ public:
+  explicit CacheFileLock(const std::string& path) : lock_path_(path + ".lock") {
+    fd_ = ::open(lock_path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    FP4MOE_CHECK(fd_ >= 0, lock_path_, ": cannot open the lock file");
+    if (::flock(fd_, LOCK_EX) != 0) {
+      ::close(fd_);
+      FP4MOE_FAIL(lock_path_, ": cannot lock");
+    }
+  }
+  ~CacheFileLock() {
+    ::flock(fd_, LOCK_UN);
+    ::close(fd_);
+  }
+  CacheFileLock(const CacheFileLock&) = delete;
+  CacheFileLock& operator=(const CacheFileLock&) = delete;
+
+ private:
+  std::string lock_path_;
+  int fd_ = -1;
+};
+}  // namespace
+
+void TuningCache::remove_file(const std::string& path) {
+  const CacheFileLock lock(path);  // a tuner merging into it finishes first, or starts after
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+  FP4MOE_CHECK(!ec, path, ": cannot remove (", ec.message(), ")");
+}
+
 TuningCache TuningCache::merge_into_file(const std::string& path, const std::vector<CacheEntry>& entries,
                                          std::vector<std::string>* warnings) {
   namespace fs = std::filesystem;
@@ -271,39 +329,31 @@ TuningCache TuningCache::merge_into_file(const std::string& path, const std::vec
   std::error_code ec;
   if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
   FP4MOE_CHECK(!ec, p.parent_path().string(), ": cannot create the cache directory (", ec.message(), ")");
-  // Exclusive lock on a side file, held while reading, merging and replacing the cache.
-  const std::string lock_path = path + ".lock";
-  const int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR, 0644);
-  FP4MOE_CHECK(fd >= 0, lock_path, ": cannot open the lock file");
-  if (::flock(fd, LOCK_EX) != 0) {
-    ::close(fd);
-    FP4MOE_FAIL(lock_path, ": cannot lock");
+  const CacheFileLock lock(path);
+  TuningCache merged = load(path, warnings);
+  if (merged.rejected_) {
+    // Another build's or schema's file (or a corrupt one) at this name: kept, not overwritten.
+    const std::string aside = path + ".rejected";
+    fs::rename(p, aside, ec);
+    FP4MOE_CHECK(!ec, path, ": cannot move the unreadable cache file aside (", ec.message(), ")");
+    if (warnings) warnings->push_back(path + ": moved aside to " + aside);
+    merged = TuningCache{};
   }
-  TuningCache merged;
+  for (const auto& e : entries) merged.put(e);
+  const int sm = entries.empty() ? (merged.entries_.empty() ? 0 : merged.entries_[0].id.sm) : entries[0].id.sm;
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   try {
-    merged = load(path, warnings);
-    for (const auto& e : entries) merged.put(e);
-    const int sm = entries.empty() ? (merged.entries_.empty() ? 0 : merged.entries_[0].id.sm) : entries[0].id.sm;
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    try {
-      std::ofstream f(tmp, std::ios::trunc);
-      FP4MOE_CHECK(f.good(), tmp, ": cannot write");
-      f << render(merged.entries_, sm);
-      f.close();
-      FP4MOE_CHECK(!f.fail(), tmp, ": write failed");
-      fs::rename(tmp, path, ec);  // atomic replacement: readers see the old or the new file, whole
-      FP4MOE_CHECK(!ec, path, ": cannot replace the cache file (", ec.message(), ")");
-    } catch (...) {
-      fs::remove(tmp, ec);  // no temporary file left behind
-      throw;
-    }
+    std::ofstream f(tmp, std::ios::trunc);
+    FP4MOE_CHECK(f.good(), tmp, ": cannot write");
+    f << render(merged.entries_, sm);
+    f.close();
+    FP4MOE_CHECK(!f.fail(), tmp, ": write failed");
+    fs::rename(tmp, path, ec);  // atomic replacement: readers see the old or the new file, whole
+    FP4MOE_CHECK(!ec, path, ": cannot replace the cache file (", ec.message(), ")");
   } catch (...) {
-    ::flock(fd, LOCK_UN);
-    ::close(fd);
+    fs::remove(tmp, ec);  // no temporary file left behind
     throw;
   }
-  ::flock(fd, LOCK_UN);
-  ::close(fd);
   merged.path_ = path;
   return merged;
 }

@@ -3,14 +3,19 @@
 #include "fp4moe/tuning_cache.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "fp4moe/error.h"
 #include "fp4moe/version.h"
@@ -23,7 +28,7 @@ namespace fs = std::filesystem;
 
 CacheEntry entry(int64_t bucket, int tokens_tile, const std::string& gpu = "NVIDIA H200") {
   CacheEntry e;
-  e.id = CacheIdentity{gpu, 90, 13000, FP4MOE_VERSION};
+  e.id = CacheIdentity{gpu, 90, 132, 13000, build_id()};
   e.gemm = fc1_key(MoeConfig::glm5());
   e.bucket = bucket;
   e.winner = Tactic{Family::kW4a16Mma, 128, tokens_tile, 256, 4, 8, 1, Epilogue::kSwiglu, false};
@@ -62,10 +67,70 @@ TEST(TuningCache, RoundTripAndLookup) {
   GemmKey fewer_experts = g;
   fewer_experts.experts = 160;
   EXPECT_FALSE(c.find(id, fewer_experts, 16)) << "another routing shape puts other token counts on each expert";
+  GemmKey softmax = g;
+  softmax.routing = RoutingMode::kSoftmaxTopK;
+  EXPECT_FALSE(c.find(id, softmax, 16)) << "the small-batch kernels run the routing: another mode is another layer";
+  GemmKey grouped = g;
+  grouped.n_group = 8;
+  grouped.topk_group = 4;
+  EXPECT_FALSE(c.find(id, grouped, 16));
   CacheIdentity other = id;
   other.driver = 12090;
   EXPECT_FALSE(c.find(other, g, 16)) << "another driver's measurement must not be used";
   EXPECT_EQ(c.foreign_entries(other), 3);
+  CacheIdentity fewer_sms = id;
+  fewer_sms.sm_count = 66;
+  EXPECT_FALSE(c.find(fewer_sms, g, 16)) << "a partition of the GPU has other winners";
+}
+
+// The build id: the version, then a fingerprint of the sources; the file carries it in its name
+// and its header, and another build's file is not read.
+TEST(TuningCache, AnotherBuildsFileIsNotRead) {
+  const std::string id = build_id();
+  ASSERT_EQ(id.rfind(std::string(FP4MOE_VERSION) + "+", 0), 0u) << id;
+  EXPECT_EQ(id.size(), std::string(FP4MOE_VERSION).size() + 1 + 12) << id;
+  EXPECT_NE(TuningCache::file_for(90).find("tuning-" + id + "-sm_90.json"), std::string::npos);
+  const std::string path = fresh("cache_build.json");
+  TuningCache::merge_into_file(path, {entry(16, 8)});
+  std::string text;
+  {
+    std::ifstream f(path);
+    text.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const std::string other = std::string(FP4MOE_VERSION) + "+000000000000";
+  int replaced = 0;
+  for (size_t at = text.find(id); at != std::string::npos; at = text.find(id, at + other.size()), ++replaced)
+    text.replace(at, id.size(), other);
+  ASSERT_EQ(replaced, 2);  // the file's header and its entry
+  std::ofstream(path) << text;
+  std::vector<std::string> w;
+  EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("+000000000000, this is " + id + ": ignored"), std::string::npos) << w[0];
+}
+
+// clear's removal waits for a tuner holding the file's lock and leaves the lock file, so the
+// next writer locks the same inode as one still running.
+TEST(TuningCache, RemovalTakesTheLock) {
+  const std::string path = fresh("cache_remove.json");
+  TuningCache::merge_into_file(path, {entry(16, 8)});
+  const int fd = ::open((path + ".lock").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);  // another open file description: the removal must wait
+  std::atomic<bool> removed{false};
+  std::thread remover([&] {
+    TuningCache::remove_file(path);
+    removed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(removed.load()) << "removed while a tuner held the lock";
+  EXPECT_TRUE(fs::exists(path));
+  ::flock(fd, LOCK_UN);
+  ::close(fd);
+  remover.join();
+  EXPECT_TRUE(removed.load());
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_TRUE(fs::exists(path + ".lock"));
 }
 
 TEST(TuningCache, CorruptAndForeignFilesAreReportedAndIgnored) {
@@ -75,35 +140,43 @@ TEST(TuningCache, CorruptAndForeignFilesAreReportedAndIgnored) {
   EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
   ASSERT_EQ(w.size(), 1u);
   EXPECT_NE(w[0].find("corrupt"), std::string::npos) << w[0];
-  // A merge over a corrupt file replaces it (with a warning), never fails.
+  // A merge over a corrupt file never fails and never overwrites it: the file is moved aside to
+  // <path>.rejected, said in a warning, and the merge starts afresh.
   w.clear();
+  fs::remove(path + ".rejected");
   EXPECT_EQ(TuningCache::merge_into_file(path, {entry(1, 8)}, &w).entries().size(), 1u);
-  EXPECT_FALSE(w.empty());
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[1].find("moved aside to " + path + ".rejected"), std::string::npos) << w[1];
+  {
+    std::ifstream aside(path + ".rejected");
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(aside), {}), "{ this is not json");
+  }
+  EXPECT_EQ(TuningCache::load(path).entries().size(), 1u);
   // A key given twice (which schema does the file have?) is corruption, not the last one's word.
-  std::ofstream(path) << R"({"schema": "fp4moe-tuning/1", "schema": "fp4moe-tuning/2", "library": ")" << FP4MOE_VERSION
+  std::ofstream(path) << R"({"schema": "fp4moe-tuning/1", "schema": "fp4moe-tuning/3", "library": ")" << build_id()
                       << R"(", "entries": []})";
   w.clear();
   EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
   ASSERT_EQ(w.size(), 1u);
   EXPECT_NE(w[0].find("corrupt tuning cache ignored: key 'schema' given twice"), std::string::npos) << w[0];
-  std::ofstream(path) << R"({"schema": "fp4moe-tuning/1", "library": ")" << FP4MOE_VERSION << R"(", "entries": []})";
+  std::ofstream(path) << R"({"schema": "fp4moe-tuning/1", "library": ")" << build_id() << R"(", "entries": []})";
   w.clear();
   EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
   ASSERT_EQ(w.size(), 1u);
-  EXPECT_NE(w[0].find("schema fp4moe-tuning/1, this build reads fp4moe-tuning/2"), std::string::npos) << w[0];
-  std::ofstream(path) << R"({"schema": "fp4moe-tuning/2", "library": "0.0.1", "entries": []})";
+  EXPECT_NE(w[0].find("schema fp4moe-tuning/1, this build reads fp4moe-tuning/3"), std::string::npos) << w[0];
+  std::ofstream(path) << R"({"schema": "fp4moe-tuning/3", "library": "0.0.1", "entries": []})";
   w.clear();
   EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
   ASSERT_EQ(w.size(), 1u);
   EXPECT_NE(w[0].find("0.0.1"), std::string::npos) << w[0];
-  std::ofstream(path) << R"({"schema": "fp4moe-tuning/2", "library": ")" << FP4MOE_VERSION
+  std::ofstream(path) << R"({"schema": "fp4moe-tuning/3", "library": ")" << build_id()
                       << R"(", "entries": [{"gpu": "x"}, )" << "{\"gpu\": 3}]}";
   w.clear();
   EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
   EXPECT_EQ(w.size(), 2u);  // both malformed entries reported
   EXPECT_TRUE(TuningCache::load(fresh("cache_missing.json"), &w).entries().empty());  // no file: fine
   // Header fields of another type: ignored with a warning, never a thrown json type_error.
-  for (const char* header : {R"({"schema": 2, "entries": []})", R"({"schema": "fp4moe-tuning/2", "library": 5})"}) {
+  for (const char* header : {R"({"schema": 2, "entries": []})", R"({"schema": "fp4moe-tuning/3", "library": 5})"}) {
     std::ofstream(path) << header;
     w.clear();
     EXPECT_NO_THROW(EXPECT_TRUE(TuningCache::load(path, &w).entries().empty())) << header;
