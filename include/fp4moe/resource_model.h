@@ -69,6 +69,9 @@ struct ModelOptions {
   // grouped-GEMM reservations), < 45 the full capacity. Both give the same stage counts for the
   // fused-MoE tiles.
   int cutlass_version = 45;
+  // Whether one of the groups is the shared expert: the routed experts, which the small-batch
+  // and fused families route in-kernel (256 at most), are the others.
+  bool shared_expert = true;
 };
 
 ResourceReport model_resources(const Tactic& t, const GpuSpec& gpu, DataType dtype,

@@ -69,6 +69,7 @@ ModelOptions gemm_model_options(const MoeConfig& cfg, int64_t tokens, Epilogue e
   cfg.validate();  // its widths are within 2^20, so K below is the config's, not a wrapped int
   ModelOptions mo;
   mo.experts = cfg.num_experts + (cfg.has_shared_expert() ? 1 : 0);
+  mo.shared_expert = cfg.has_shared_expert();
   mo.tokens = static_cast<int>(std::min<int64_t>(tokens, int64_t{1} << 24));  // forward()'s limit
   mo.k = static_cast<int>(ep == Epilogue::kSwiglu ? cfg.hidden : cfg.intermediate);
   mo.slots = cfg.routing.top_k + (cfg.has_shared_expert() ? 1 : 0);

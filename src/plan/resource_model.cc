@@ -58,6 +58,9 @@ int ctas_per_sm(const ResourceReport& r, const GpuSpec& gpu) {
 
 // w4a16_mma (src/kernels/gemm/sm80_w4a16_grouped_gemm.cuh, W4a16Traits): every byte of the
 // kernel's request, in the kernel's order.
+// The routed experts among the GEMM's groups (the shared expert, where there is one, is a group).
+int routed_experts(const ModelOptions& o) { return o.experts - (o.shared_expert ? 1 : 0); }
+
 ResourceReport model_w4a16(const Tactic& t, const GpuSpec& gpu, DataType dtype, const ModelOptions& o) {
   ResourceReport r = w4a16_report("w4a16_mma", t, gpu, dtype, gpu.sm >= 80,
                                   "w4a16_mma needs mma.sync bf16 (sm_80+), " + gpu.arch_name() + " has none");
@@ -185,11 +188,12 @@ ResourceReport model_w4a16_gemv(const Tactic& t, const GpuSpec& gpu, DataType dt
   r.total_bytes = r.mainloop_bytes + r.kernel_bytes + r.epilogue_bytes;
   const bool batch_ok = o.tokens >= 1 && o.tokens <= t.tile_tokens;
   // FC1 routes in-kernel with 8 experts per lane: 256 routed experts (+ a shared one) at most.
-  const bool experts_ok = o.experts <= 257;
+  const int routed = routed_experts(o);
+  const bool experts_ok = routed <= kernels::kGemvMaxRoutedExperts;
   r.fits = batch_ok && experts_ok && r.total_bytes <= r.limit_bytes;
   std::ostringstream why;
   if (!experts_ok) {
-    why << o.experts << " groups; the in-kernel routing takes 256 routed experts (+ a shared one) at most";
+    why << routed << " routed experts; the in-kernel routing takes " << kernels::kGemvMaxRoutedExperts << " at most";
   } else if (!batch_ok) {
     why << "a batch of " << o.tokens << " tokens; the family takes 1.." << t.tile_tokens;
   } else {
@@ -244,13 +248,13 @@ ResourceReport model_w4a16_fused(const Tactic& t, const GpuSpec& gpu, DataType d
   r.epilogue_bytes = 0;  // the epilogues write global memory (act, partial tiles, the output)
   r.total_bytes = l.total;
   // The in-kernel routing holds 8 experts a lane: 256 routed experts (+ a shared one) at most.
-  const bool experts_ok = o.experts <= kernels::kFusedMaxRoutedExperts + 1;
+  const int routed = routed_experts(o);
+  const bool experts_ok = routed <= kernels::kFusedMaxRoutedExperts;
   const bool batch_ok = o.tokens >= 1 && o.tokens <= kernels::kFusedTokens;
   r.fits = experts_ok && batch_ok && r.stages >= 2 && r.total_bytes <= r.limit_bytes;
   std::ostringstream why;
   if (!experts_ok) {
-    why << o.experts << " groups; the in-kernel routing takes " << kernels::kFusedMaxRoutedExperts
-        << " routed experts (+ a shared one) at most";
+    why << routed << " routed experts; the in-kernel routing takes " << kernels::kFusedMaxRoutedExperts << " at most";
   } else if (!batch_ok) {
     why << "a batch of " << o.tokens << " tokens; the family takes 1.." << kernels::kFusedTokens;
   } else {

@@ -153,6 +153,19 @@ TEST(ResourceModel, SmallBatchFamilyStagesTheBatch) {
   wide.experts = 513;
   wide.tokens = 1;
   EXPECT_FALSE(model_resources(fc1, h200, DataType::kNvfp4, wide).fits);
+  // 257 groups are 256 routed experts and the shared one, or 257 routed experts without it: the
+  // launch takes the first only, and so must the model (gemv and fused alike).
+  const Tactic fused{Family::kW4a16Fused, 128, 8, 1024, 3, 6, 1, Epilogue::kSwiglu, false};
+  for (const Tactic& t : {fc1, fused}) {
+    ModelOptions groups_257;
+    groups_257.experts = 257;
+    groups_257.tokens = 1;
+    EXPECT_TRUE(model_resources(t, h200, DataType::kNvfp4, groups_257).fits) << format_tactic(t);
+    groups_257.shared_expert = false;
+    const ResourceReport r = model_resources(t, h200, DataType::kNvfp4, groups_257);
+    EXPECT_FALSE(r.fits) << format_tactic(t);
+    EXPECT_NE(r.reason.find("257 routed experts"), std::string::npos) << r.reason;
+  }
 }
 
 // Tactics and options built in code (not parsed) are checked as a parsed tactic is: a zero or

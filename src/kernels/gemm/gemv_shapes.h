@@ -15,6 +15,13 @@ struct GemvShape {
   int warps;
 };
 
+// FC1 routes with 8 experts per lane: up to 256 routed experts (GLM-5, DeepSeek-V3). A warp
+// holding 32 per lane (1024 experts) would need ~130 registers for the scores alone, raising
+// the whole kernel's allocation; more experts take the stream-K family. The resource model
+// refuses the family beyond them, the launch checks them again.
+inline constexpr int kGemvPerLane = 8;
+inline constexpr int kGemvMaxRoutedExperts = 32 * kGemvPerLane;
+
 inline constexpr std::array<GemvShape, 4> kGemvShapes{{{16, 3, 4}, {16, 2, 8}, {16, 2, 4}, {16, 2, 6}}};
 
 // The tactic of a shape: the batch (up to 8 tokens) is one n8 tile, an item a K group of 256.

@@ -49,6 +49,7 @@
 #include "fp4moe/tactic.h"
 #include "kernels/common/dequant_nvfp4.cuh"
 #include "kernels/common/ptx.cuh"
+#include "kernels/gemm/gemv_shapes.h"
 #include "kernels/gemm/grouped_units.cuh"
 #include "kernels/gemm/w4a16_params.h"
 #include "kernels/moe/route_token.cuh"
@@ -109,11 +110,7 @@ struct W4a16GemvTraits {
   }
 };
 
-// FC1 routes with 8 experts per lane: up to 256 routed experts (GLM-5, DeepSeek-V3). A warp
-// holding 32 per lane (1024 experts) would need ~130 registers for the scores alone, raising
-// the whole kernel's allocation; more experts take the stream-K family.
-inline constexpr int kGemvPerLane = 8;
-inline constexpr int kGemvMaxRoutedExperts = 32 * kGemvPerLane;
+// FC1 routes with kGemvPerLane experts per lane (gemv_shapes.h): 256 routed experts at most.
 
 namespace gemv {
 
