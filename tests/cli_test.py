@@ -7,6 +7,9 @@ import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "oracle"))
+import fp_oracle  # noqa: E402  (NumPy + ml_dtypes, no fp4moe code)
+
 FP4MOE = sys.argv[1]
 failures = []
 # Exit codes: 2 where the parser refuses the command line (an unknown command, an option's value
@@ -148,6 +151,13 @@ with tempfile.TemporaryDirectory() as d:
     p = run("quantize", "--format", "mxfp4", os.path.join(d, "w.npy"), os.path.join(d, "m"))
     codes = np.load(os.path.join(d, "m.weight.npy"))
     check(codes.shape == (32, 32) and codes.dtype == np.uint8, f"mxfp4 codes {codes.shape}")
+    # MXFP4, not NVFP4 under its name: one E8M0 scale per 32 values, codes and scales byte for
+    # byte as the independent NumPy + ml_dtypes oracle quantizes them.
+    want_scales, want_codes = fp_oracle.mxfp4(w)
+    scales = np.load(os.path.join(d, "m.weight_scale.npy"))
+    check(scales.shape == (32, 2) and scales.dtype == np.uint8, f"mxfp4 scales {scales.shape} {scales.dtype}")
+    check(np.array_equal(scales, want_scales), "mxfp4 scales differ from the oracle's")
+    check(np.array_equal(codes, want_codes), "mxfp4 codes differ from the oracle's")
     # An output prefix names files: an empty one or a directory would write hidden .weight.npy files.
     for prefix in ["", d + "/"]:
         expect_one_line_error(run("quantize", os.path.join(d, "w.npy"), prefix, expect_rc=FAILURE), "not a directory")

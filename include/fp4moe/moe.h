@@ -97,6 +97,11 @@ Routing route_reference(const RoutingConfig& cfg, std::span<const float> logits,
 
 struct ReferenceOptions {
   int threads = 0;  // 0: all hardware threads
+  // Round each expert's SwiGLU output to bf16 before FC2, as the GPU layer stores it (act is
+  // bf16 between its two GEMMs in every kernel family). Off, the float64 reference of the layer's
+  // mathematics; on, what a correct GPU layer differs from by its fp32 sums and the output's
+  // rounding only, so that its tests can hold it to a tighter tolerance.
+  bool round_act_to_bf16 = false;
 };
 
 // out [T, H] = sum_j weight(t, j) * expert_{id(t,j)}(x_t)  (+ shared(x_t)), float64 throughout.

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/parallel.h"
+#include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
 #include "fp4moe/moe.h"
 
@@ -71,6 +72,8 @@ std::vector<double> expert_forward(const ExpertWeights& e, const MoeConfig& cfg,
       nvfp4_gemm_nt(e.up, gemm_input(x, rows, H, q, e.up_input_scale), rows, opt.threads);
   std::vector<double> act(static_cast<size_t>(rows * I));
   for (size_t i = 0; i < act.size(); ++i) act[i] = silu(gate[i]) * up[i];
+  if (opt.round_act_to_bf16)
+    for (double& v : act) v = round_to_bf16(static_cast<float>(v));
   std::vector<double> down_in;
   if (q) {
     std::vector<float> act_f(act.begin(), act.end());

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
 #include "fp4moe/moe.h"
 #include "fp4moe/synthetic.h"
@@ -112,7 +113,9 @@ TEST(MoeReference, MatchesTheTextbookLoopOverDequantizedMatrices) {
   std::vector<Dense> routed;
   for (const ExpertWeights& e : l.w.experts) routed.push_back(dense(e));
   const Dense shared = dense(*l.w.shared);
-  auto expert = [&](const Dense& e, const float* x) {
+  // round_act: the SwiGLU output rounded to bf16 (through float, as the GPU's fp32 epilogue
+  // stores it) before the down projection.
+  auto expert = [&](const Dense& e, const float* x, bool round_act) {
     std::vector<double> act(static_cast<size_t>(e.inter)), y(static_cast<size_t>(H), 0.0);
     for (int64_t i = 0; i < e.inter; ++i) {
       double g = 0, u = 0;
@@ -121,27 +124,42 @@ TEST(MoeReference, MatchesTheTextbookLoopOverDequantizedMatrices) {
         u += e.up[i * H + k] * x[k];
       }
       act[i] = g / (1.0 + std::exp(-g)) * u;
+      if (round_act) act[i] = Bf16::from_float(static_cast<float>(act[i])).to_float();
     }
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < e.inter; ++i) y[h] += e.down[h * e.inter + i] * act[i];
     return y;
   };
-  double err = 0, norm = 0;
-  for (int64_t t = 0; t < kTokens; ++t) {
-    const float* xt = l.x.data() + t * H;
-    std::vector<double> want = expert(shared, xt);
-    for (int j = 0; j < kTopK; ++j) {
-      const std::vector<double> y = expert(routed[r.ids[t * kTopK + j]], xt);
-      for (int64_t h = 0; h < H; ++h) want[h] += r.weights[t * kTopK + j] * y[h];
+  ReferenceOptions rounding;
+  rounding.round_act_to_bf16 = true;
+  const std::vector<double> out_rounded = moe_reference(l.w, l.x, kTokens, r, rounding);
+  for (const bool round_act : {false, true}) {
+    const std::vector<double>& got = round_act ? out_rounded : out;
+    double err = 0, norm = 0;
+    for (int64_t t = 0; t < kTokens; ++t) {
+      const float* xt = l.x.data() + t * H;
+      std::vector<double> want = expert(shared, xt, round_act);
+      for (int j = 0; j < kTopK; ++j) {
+        const std::vector<double> y = expert(routed[r.ids[t * kTopK + j]], xt, round_act);
+        for (int64_t h = 0; h < H; ++h) want[h] += r.weights[t * kTopK + j] * y[h];
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        EXPECT_NEAR(got[t * H + h], want[h], 1e-10 * (1 + std::fabs(want[h])))
+            << "t " << t << " h " << h << (round_act ? " (act rounded to bf16)" : "");
+        err += (got[t * H + h] - want[h]) * (got[t * H + h] - want[h]);
+        norm += want[h] * want[h];
+      }
     }
-    for (int64_t h = 0; h < H; ++h) {
-      EXPECT_NEAR(out[t * H + h], want[h], 1e-10 * (1 + std::fabs(want[h]))) << "t " << t << " h " << h;
-      err += (out[t * H + h] - want[h]) * (out[t * H + h] - want[h]);
-      norm += want[h] * want[h];
-    }
+    EXPECT_GT(norm, 1.0);  // the inputs are not degenerate
+    EXPECT_LT(std::sqrt(err / norm), 1e-12);
   }
-  EXPECT_GT(norm, 1.0);  // the inputs are not degenerate
-  EXPECT_LT(std::sqrt(err / norm), 1e-12);
+  // The rounding is there: bf16's 8 bits move the output by ~1e-3, far beyond the 1e-10 above.
+  double moved = 0, norm = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    moved += (out_rounded[i] - out[i]) * (out_rounded[i] - out[i]);
+    norm += out[i] * out[i];
+  }
+  EXPECT_GT(std::sqrt(moved / norm), 1e-4);
 }
 
 TEST(MoeReference, RelabellingExpertsChangesNothing) {
