@@ -19,13 +19,20 @@ done
 # This script is run where a GPU is meant to be: a GPU test that finds none fails, not skips.
 export FP4MOE_GPU_TESTS_REQUIRED=1
 has() { [[ " $steps " == *" $1 "* || " $steps " == *" all "* ]]; }
+# Every step's failure is remembered and the script exits non-zero naming them all at the end: a
+# caller (or a person reading the last line) cannot mistake a failed run for a clean one.
+failures=()
+record() {  # RC WHAT: echo the step's exit status; remember a non-zero one
+  echo "$2 exit $1"
+  [ "$1" = 0 ] || failures+=("$2 (exit $1)")
+}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 "$bin/fp4moe" info | tee -a "$out/gpu.txt"
 if has tests; then
   echo "== GPU tests"; start=$(date +%s)
   # (on an H100 host the suite took over 300 s; exit 124: the limit ran out before the suite did)
   timeout 480 "$bin/fp4moe_gpu_tests" 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |FAILED|rel error|tests ran"
-  echo "GPU tests exit ${PIPESTATUS[0]} in $(( $(date +%s) - start )) s"
+  record "${PIPESTATUS[0]}" "GPU tests"; echo "  in $(( $(date +%s) - start )) s"
 fi
 if has sanitize; then
   echo "== compute-sanitizer"
@@ -46,7 +53,7 @@ if has sanitize; then
     timeout 150 compute-sanitizer --tool "$1" "${extra[@]}" --error-exitcode 9 "$bin/fp4moe" run --hidden "${5:-512}" \
       --intermediate "$2" --shared-intermediate "$2" --experts 8 --top-k 2 --device gpu --compare-reference -t "$3" \
       --iters "${6:-20}" > "$out/$4" 2>&1
-    echo "$1 fp4moe run (H = ${5:-512}, I = $2) T=$3 exit $?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative|tactic" "$out/$4"
+    record $? "$1 fp4moe run (H = ${5:-512}, I = $2) T=$3"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|relative|tactic" "$out/$4"
   }
   for t in 2 5 100 300; do
     for tool in memcheck racecheck; do sanitize_run $tool 256 $t "${tool}_run_$t.log"; done
@@ -69,14 +76,14 @@ if has sanitize; then
   # releases its own now.
   for t in 1 2 4; do sanitize_run racecheck 1024 $t "racecheck_run_fused_h1024_$t.log" 1024 1; done
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/fp4moe_gpu_tests" --gtest_filter="$small" \
-    > "$out/memcheck.log" 2>&1; echo "memcheck exit $?"; tail -3 "$out/memcheck.log"
+    > "$out/memcheck.log" 2>&1; record $? memcheck; tail -3 "$out/memcheck.log"
   timeout 150 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 9 "$bin/fp4moe_gpu_tests" \
-    --gtest_filter="$small" > "$out/racecheck.log" 2>&1; echo "racecheck exit $?"; tail -3 "$out/racecheck.log"
+    --gtest_filter="$small" > "$out/racecheck.log" 2>&1; record $? racecheck; tail -3 "$out/racecheck.log"
   # initcheck: no device read of memory the layer never wrote - the one-expert layer without a
   # correction bias read its bias buffer's 4 unwritten bytes (every family: T = 1, 3, 64).
   timeout 150 compute-sanitizer --tool initcheck --error-exitcode 9 "$bin/fp4moe_gpu_tests" \
     --gtest_filter=GpuLayer.OneExpertWithoutCorrectionBias \
-    > "$out/initcheck.log" 2>&1; echo "initcheck exit $?"; tail -3 "$out/initcheck.log"
+    > "$out/initcheck.log" 2>&1; record $? initcheck; tail -3 "$out/initcheck.log"
 fi
 if has tune; then
   # Tune glm5 at the default buckets into a fresh cache, then bench the layer with the cache and
@@ -84,23 +91,28 @@ if has tune; then
   export FP4MOE_CACHE_DIR="$out/cache"
   echo "== tune glm5"; start=$(date +%s)
   timeout 360 "$bin/fp4moe" tune --preset glm5 --json "$out/tune.json" > "$out/tune.txt" 2>/dev/null
-  echo "tune exit $? in $(( $(date +%s) - start )) s"
+  record $? tune; echo "  in $(( $(date +%s) - start )) s"
   for round in 1 2; do
     timeout 110 "$bin/fp4moe" bench --preset glm5 --json "$out/bench_cache_$round.json" > /dev/null 2>&1
+    record $? "bench with the cache, round $round"
     timeout 110 "$bin/fp4moe" bench --preset glm5 --no-cache --json "$out/bench_heuristic_$round.json" > /dev/null 2>&1
+    record $? "bench without the cache, round $round"
   done
   unset FP4MOE_CACHE_DIR
 fi
 if has checkpoint; then
   echo "== synthetic ModelOpt checkpoint, run on the GPU against the reference"
   timeout 60 "$bin/fp4moe" synth "$out/ckpt" --hidden 1024 --intermediate 512 --experts 32 --top-k 4 --layers 2 --seed 7 | tail -1
+  record "${PIPESTATUS[0]}" synth
   timeout 60 "$bin/fp4moe" run --checkpoint "$out/ckpt" --layer 1 --device gpu --compare-reference -t 48 | tail -3
+  record "${PIPESTATUS[0]}" "checkpoint run"
   rm -rf "$out/ckpt"
 fi
 if has bench; then
   for p in glm5 glm5-tp8; do
     echo "== bench $p"
     timeout 240 "$bin/fp4moe" bench --preset $p --json "$out/bench_$p.json" 2>/dev/null | tee "$out/bench_$p.txt"
+    record "${PIPESTATUS[0]}" "bench $p"
   done
 fi
 if has families; then
@@ -115,6 +127,7 @@ if has families; then
   echo "== families ($fp)"
   fam_bench() {
     timeout 200 "$bin/fp4moe" bench --preset "$fp" --tokens "$ts" --no-cache --no-baseline "$@" > /dev/null 2>&1
+    record $? "families bench $*"
   }
   for round in $(seq 1 "${FAMILY_ROUNDS:-2}"); do
     fam_bench --json "$out/fam_dispatched_$round.json"
@@ -135,7 +148,7 @@ if has profile; then
   timeout 200 ncu --clock-control none --kernel-name regex:w4a16 --launch-skip 0 --launch-count 2 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
     "$bin/fp4moe" bench --preset glm5 --tokens 64 --iters 1 --warmup 0 --no-baseline --no-graph \
-    > "$out/ncu_glm5_t64.txt" 2>&1; echo "ncu exit $?"
+    > "$out/ncu_glm5_t64.txt" 2>&1; record $? ncu
   grep -E "w4a16_grouped|Memory Throughput|DRAM Throughput|Duration|Achieved Occupancy|Registers|Compute \(SM\)|Stall|Warp Cycles Per Issued" "$out/ncu_glm5_t64.txt" | head -40
 fi
 # A developer microbenchmark of tools/, where it was built: TOOL SECONDS WHAT.
@@ -143,6 +156,7 @@ run_tool() {
   [ -x "$bin/fp4moe_$1" ] || return 0
   echo "== $3 (tools/$1.cu)"
   timeout "$2" "$bin/fp4moe_$1" | tee "$out/$1.md"
+  record "${PIPESTATUS[0]}" "tools/$1"
 }
 if has overlap; then
   run_tool dequant_overlap 120 "the dequantization beside mma.sync / wgmma"
@@ -150,3 +164,9 @@ if has overlap; then
   run_tool route_latency 60 "one token's routing in the fused family's CTAs"
   run_tool row_gather_stream 120 "the prefill FC1's token rows gathered by one tensor copy a row"
 fi
+if [ ${#failures[@]} -gt 0 ]; then
+  echo "FAILED steps: ${#failures[@]}"
+  printf '  %s\n' "${failures[@]}"
+  exit 1
+fi
+echo "every step passed"
