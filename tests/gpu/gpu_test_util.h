@@ -14,6 +14,7 @@
 #include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
 #include "fp4moe/hw.h"
+#include "fp4moe/moe.h"
 #include "kernels/common/cuda_check.h"
 #include "runtime/device_buffer.h"
 
@@ -133,7 +134,17 @@ struct Comparison {
   // missing expert (at T = 1024, top-8, one permuted row wrong moves it by ~1e-2 at most).
   double worst_row_rel = 0;
   int64_t worst_row = -1;
+  // Whether the reference rounded act to bf16 as the GPU layer does (gpu_rounding()): then the
+  // tighter tolerances below apply.
+  bool gpu_rounded_reference = false;
 };
+
+// The reference options that mirror the GPU layer's rounding of act (ReferenceOptions).
+inline ReferenceOptions gpu_rounding() {
+  ReferenceOptions o;
+  o.round_act_to_bf16 = true;
+  return o;
+}
 
 inline Comparison compare(const std::vector<double>& got, const std::vector<double>& ref, int64_t row = 0) {
   Comparison c;
@@ -172,18 +183,34 @@ inline Comparison compare(const std::vector<double>& got, const std::vector<doub
   return c;
 }
 
-constexpr double kTolerance = 1e-2;     // relative Frobenius error of the bf16 output
-constexpr double kRowTolerance = 2e-2;  // the same of any one token's output row
+// Against the float64 reference of the layer's mathematics: the relative Frobenius error of the
+// bf16 output, and the same of any one token's output row. A correct layer on one GPU measures
+// 2.3-3.0e-3 (act, each expert's output row and the output each rounded to bf16), several GPUs
+// (their partial outputs rounded and summed) up to 3.0e-3.
+constexpr double kTolerance = 1e-2;
+constexpr double kRowTolerance = 2e-2;
+// Against the reference that rounds act to bf16 as the GPU layer does (gpu_rounding()), what is
+// left is the expert rows' bf16 rounding (all families but the fused one, which sums fp32
+// partials), the output's, and fp32 sums: a layer wrong by a few 1e-3 - a scale off by 0.5%, one
+// K group of one tile lost - fails here where it would pass kTolerance.
+constexpr double kGpuRoundedTolerance = 4e-3;
+constexpr double kGpuRoundedRowTolerance = 8e-3;
+// Two plans of one layer on one GPU, token by token: they differ by fp32 summation order and bf16
+// rounding alone (the prefill family against the decode family on glm5: at most 1.2e-3, H100).
+constexpr double kPlanRowTolerance = 5e-3;
 
-// No non-finite value, the whole output within kTolerance and every token's row within
-// kRowTolerance; the failure says which and by how much.
+// No non-finite value, the whole output and every token's row within the tolerances of the
+// reference compared with; the failure says which and by how much.
 inline ::testing::AssertionResult within_tolerance(const Comparison& c) {
+  const double whole = c.gpu_rounded_reference ? kGpuRoundedTolerance : kTolerance;
+  const double row = c.gpu_rounded_reference ? kGpuRoundedRowTolerance : kRowTolerance;
+  const char* against = c.gpu_rounded_reference ? " (against the reference rounding act as the GPU does)" : "";
   if (c.non_finite > 0) return ::testing::AssertionFailure() << c.non_finite << " non-finite values";
-  if (!(c.rel_frobenius < kTolerance))
-    return ::testing::AssertionFailure() << "relative error " << c.rel_frobenius << " >= " << kTolerance;
-  if (!(c.worst_row_rel < kRowTolerance))
-    return ::testing::AssertionFailure() << "token " << c.worst_row << "'s relative error " << c.worst_row_rel
-                                         << " >= " << kRowTolerance << " (the whole output's " << c.rel_frobenius << ")";
+  if (!(c.rel_frobenius < whole))
+    return ::testing::AssertionFailure() << "relative error " << c.rel_frobenius << " >= " << whole << against;
+  if (!(c.worst_row_rel < row))
+    return ::testing::AssertionFailure() << "token " << c.worst_row << "'s relative error " << c.worst_row_rel << " >= "
+                                         << row << " (the whole output's " << c.rel_frobenius << ")" << against;
   return ::testing::AssertionSuccess();
 }
 

@@ -18,8 +18,8 @@ namespace fp4moe::test {
 // ids and weights [T, k] as the GPU routed them, against route_reference on the same logits and
 // correction bias (empty: zeros). Each slot holds the reference's expert, its weight within
 // weight_tol x (1 + |weight|); float32 (GPU) and float64 (reference) scores may order a near-tie
-// differently, so a differing expert passes only where the two experts' choice scores are within
-// 1e-6 of each other, or, with expert groups, where the last kept group and the first dropped
+// differently, so a differing expert passes only where the two experts' choice scores differ, by
+// less than 1e-6 (an exact tie is broken by the lower index on both sides), or, with expert groups, where the last kept group and the first dropped
 // one score within 1e-6 and the GPU's expert is of a group scoring at least the last kept one
 // less 1e-6 (a near-tie of groups swaps a whole group's experts); and only on a few tokens
 // (rounding, not a wrong choice). Such a token's weights are not compared. Ids out of [0, E)
@@ -62,8 +62,10 @@ inline void expect_routing_matches_reference(const RoutingConfig& cfg, const std
       const int64_t i = t * k + j;
       if (ids[i] == ref.ids[i]) continue;
       swapped = true;
+      // An exact tie (equal scores: equal logits and biases) is no rounding: both break it by the
+      // lower index, and a GPU that does not fails here.
       const double gap = std::fabs(choice(t, ids[i]) - choice(t, ref.ids[i]));
-      EXPECT_TRUE(gap < 1e-6 || of_tied_group(t, ids[i]))
+      EXPECT_TRUE((gap > 0 && gap < 1e-6) || of_tied_group(t, ids[i]))
           << where << ": token " << t << " slot " << j << ": GPU chose " << ids[i] << ", reference " << ref.ids[i]
           << " (choice scores " << gap << " apart" << (grouped ? ", no near-tie of groups" : "") << ")";
     }
