@@ -48,7 +48,8 @@ class GpuMoeLayer {
 
   virtual const MoeConfig& config() const = 0;
   // The GPU the layer lives on (LayerOptions::device), its description, and the identity its
-  // tuning-cache entries are measured under (that GPU's name and SM, the driver, this library).
+  // tuning-cache entries are measured under (that GPU's name, SM and SM count, the driver, this
+  // build's id).
   virtual int device() const = 0;
   virtual const GpuSpec& gpu() const = 0;
   virtual const CacheIdentity& cache_identity() const = 0;
@@ -63,7 +64,9 @@ class GpuMoeLayer {
   virtual LayerPlan plan_for_heuristic(int64_t tokens) const = 0;
   // "cache" or "heuristic" for each GEMM of plan_for(tokens).
   virtual std::string plan_source(int64_t tokens) const = 0;
-  // Replaces the loaded tuning cache (nullptr: heuristic only).
+  // Replaces the loaded tuning cache (nullptr: heuristic only). Plans are remembered per batch
+  // size for the cache set: a cache changed after it was set (through another pointer) is not
+  // seen until it is set again.
   virtual void set_tuning_cache(std::shared_ptr<const TuningCache> cache) = 0;
   // What loading the cache reported (corrupt file, other GPU's entries, ...), one line each.
   virtual const std::vector<std::string>& tuning_warnings() const = 0;

@@ -7,10 +7,11 @@
 // another build neither reads nor overwrites it. Each entry is keyed by GPU name, sm, SM count,
 // driver version, build, the GEMM (output rows, K, epilogue, routing shape) and the token bucket,
 // and holds the winning tactic, its time and the runner-up. Writes merge with what is on disk
-// under an exclusive lock (flock on <file>.lock, which is never removed) and replace the file
-// atomically (temp file + rename), so concurrent tuners never corrupt it. A corrupt file or one
-// of another schema or build is reported and ignored - never fatal - and a write moves it aside
-// to <file>.rejected instead of overwriting it; entries of another GPU or driver are ignored.
+// under an exclusive lock (flock on the directory's tuning.lock, which is never removed) and
+// replace the file atomically (temp file + rename), so concurrent tuners never corrupt it. A
+// corrupt or unreadable file or one of another schema or build is reported and ignored - never
+// fatal - and a write moves it aside to <file>.rejected instead of overwriting it; entries of
+// another GPU or driver are ignored.
 #pragma once
 
 #include <cstdint>
@@ -101,12 +102,12 @@ class TuningCache {
 
   // Merges `entries` into the file under a lock and replaces it atomically. Returns the file's
   // entries after the merge.
-  // A file that load() ignores as a whole (corrupt, another schema or build) is renamed to
-  // <path>.rejected first, with a warning: what another build measured is not overwritten.
+  // A file that load() ignores as a whole (unreadable, corrupt, another schema or build) is
+  // renamed to <path>.rejected first, with a warning: it is not overwritten.
   static TuningCache merge_into_file(const std::string& path, const std::vector<CacheEntry>& entries,
                                      std::vector<std::string>* warnings = nullptr);
-  // Removes a cache file under its lock (a tuner merging into it finishes first); the lock's
-  // side file stays.
+  // Removes a cache file under the directory's lock (a tuner merging into it finishes first);
+  // the lock's side file stays.
   static void remove_file(const std::string& path);
 
  private:

@@ -17,6 +17,7 @@ struct TacticsArgs {
   std::string epilogue = "finalize";
   std::string dtype = "nvfp4";
   int experts = 257;
+  bool no_shared_expert = false;
   int tokens = 8;  // w4a16_gemv: the batch it stages, the GEMM's K, slots per token
   int k = 6144;
   int slots = 9;
@@ -64,6 +65,7 @@ void run_tactics(const TacticsArgs& a) {
   Epilogue ep = epilogue_of(a.epilogue);
   ModelOptions opt;
   opt.experts = a.experts;
+  opt.shared_expert = !a.no_shared_expert;
   opt.tokens = a.tokens;
   opt.k = a.k;
   opt.slots = a.slots;
@@ -156,7 +158,12 @@ void register_tactics(CLI::App& app) {
   cmd->add_option("--epilogue", a->epilogue, "finalize, none or swiglu")
       ->check(CLI::IsMember({"finalize", "none", "swiglu"}));
   cmd->add_option("--dtype", a->dtype, "Operand type: nvfp4, mxfp4, bf16")->check(CLI::IsMember({"nvfp4", "mxfp4", "bf16"}));
-  cmd->add_option("--experts", a->experts, "Groups of the grouped GEMM (w4a16_mma scheduler state)")->transform(IntegerIn(1, 1025));
+  cmd->add_option("--experts", a->experts,
+                  "Groups of the grouped GEMM (w4a16_mma scheduler state): the routed experts and, unless "
+                  "--no-shared-expert, the shared one")
+      ->transform(IntegerIn(1, 1025));
+  cmd->add_flag("--no-shared-expert", a->no_shared_expert,
+                "Every group is a routed expert (the small-batch and fused families route 256 at most)");
   cmd->add_option("--tokens", a->tokens, "w4a16_gemv: tokens of the batch it stages")->transform(IntegerIn(1, 8));
   cmd->add_option("--k", a->k, "w4a16_gemv: the GEMM's K (FC1: hidden, FC2: intermediate)")->transform(MultipleOf(16, 1 << 20, 16, "the NVFP4 block size"));
   cmd->add_option("--slots", a->slots, "w4a16_gemv: slots per token (top-k, +1 with a shared expert)")->transform(IntegerIn(1, 33));

@@ -249,8 +249,10 @@ void run_cache(const CacheArgs& a) {
   if (a.action == "path") {
     const CudaEnvironment env = query_cuda_environment();
     std::printf("cache directory: %s\n", dir.c_str());
+    // The architecture the layer plans for: a build that runs here only as an earlier major
+    // version's PTX files its winners under that one (gpu_for_build, as the layer does).
     if (!env.devices.empty())
-      std::printf("this GPU's file: %s\n", TuningCache::file_for(env.devices[0].sm).c_str());
+      std::printf("this GPU's file: %s\n", TuningCache::file_for(gpu_for_build(env.devices[0]).sm).c_str());
     return;
   }
   if (a.action == "list") {
@@ -270,8 +272,8 @@ void run_cache(const CacheArgs& a) {
       std::printf("%s\n", f.c_str());
       for (const auto& x : w) std::printf("  warning: %s\n", printable(x).c_str());
       for (const CacheEntry& e : c.entries())
-        std::printf("  %s sm_%d driver %d lib %s | %s T=%-6lld | %s %.1f us | runner-up %s %.1f us\n",
-                    printable(e.id.gpu).c_str(), e.id.sm, e.id.driver, printable(e.id.library).c_str(),
+        std::printf("  %s sm_%d %d SMs driver %d build %s | %s T=%-6lld | %s %.1f us | runner-up %s %.1f us\n",
+                    printable(e.id.gpu).c_str(), e.id.sm, e.id.sm_count, e.id.driver, printable(e.id.library).c_str(),
                     describe(e.gemm).c_str(),
                     static_cast<long long>(e.bucket),
                     format_tactic(e.winner).c_str(), e.time_us,

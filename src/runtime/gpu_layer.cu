@@ -359,7 +359,7 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
     auto cache = std::make_shared<TuningCache>(TuningCache::load(path, &cache_warnings_));
     if (const int foreign = cache->foreign_entries(identity_))
       cache_warnings_.push_back(path + ": " + std::to_string(foreign) +
-                                " entries measured on another GPU, SM count or driver ignored");
+                                " entries measured on another GPU, SM count, driver or build ignored");
     cache_ = std::move(cache);
   }
 }

@@ -241,6 +241,7 @@ TuningCache TuningCache::load(const std::string& path, std::vector<std::string>*
     text = read_text_file(path);
   } catch (const Error& e) {
     if (warnings) warnings->push_back(std::string(e.what()) + "; ignored");
+    c.rejected_ = true;  // there, but not readable: a write moves it aside, never over it
     return c;
   }
   if (!text) return c;  // no cache yet
@@ -289,12 +290,14 @@ void TuningCache::put(const CacheEntry& e) {
 }
 
 namespace {
-// The exclusive lock of a cache file: flock on the side file <path>.lock, held while a file is
-// read, merged and replaced, or removed. The side file is never removed: a writer holding the
+// The exclusive lock of the cache files of one directory: flock on its side file tuning.lock,
+// held while a file is read, merged and replaced, moved aside, or removed. One per directory, not
+// per file, since file names change with every build; and never removed: a writer holding the
 // lock of an unlinked inode would no longer exclude the next one, which locks a new file.
 class CacheFileLock {
  public:
-  explicit CacheFileLock(const std::string& path) : lock_path_(path + ".lock") {
+  explicit CacheFileLock(const std::string& path)
+      : lock_path_((std::filesystem::path(path).parent_path() / "tuning.lock").string()) {
     fd_ = ::open(lock_path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
     FP4MOE_CHECK(fd_ >= 0, lock_path_, ": cannot open the lock file");
     if (::flock(fd_, LOCK_EX) != 0) {
@@ -332,7 +335,8 @@ TuningCache TuningCache::merge_into_file(const std::string& path, const std::vec
   const CacheFileLock lock(path);
   TuningCache merged = load(path, warnings);
   if (merged.rejected_) {
-    // Another build's or schema's file (or a corrupt one) at this name: kept, not overwritten.
+    // A corrupt or unreadable file (or another schema's) at this name: kept, not overwritten
+    // (an earlier .rejected copy is replaced).
     const std::string aside = path + ".rejected";
     fs::rename(p, aside, ec);
     FP4MOE_CHECK(!ec, path, ": cannot move the unreadable cache file aside (", ec.message(), ")");

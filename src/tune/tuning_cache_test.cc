@@ -41,7 +41,6 @@ CacheEntry entry(int64_t bucket, int tokens_tile, const std::string& gpu = "NVID
 std::string fresh(const std::string& name) {
   const auto p = test::temp_dir() / name;
   fs::remove(p);
-  fs::remove(p.string() + ".lock");
   return p.string();
 }
 
@@ -109,12 +108,13 @@ TEST(TuningCache, AnotherBuildsFileIsNotRead) {
   EXPECT_NE(w[0].find("+000000000000, this is " + id + ": ignored"), std::string::npos) << w[0];
 }
 
-// clear's removal waits for a tuner holding the file's lock and leaves the lock file, so the
-// next writer locks the same inode as one still running.
+// clear's removal waits for a tuner holding the directory's lock and leaves the lock file, so
+// the next writer locks the same inode as one still running.
 TEST(TuningCache, RemovalTakesTheLock) {
   const std::string path = fresh("cache_remove.json");
   TuningCache::merge_into_file(path, {entry(16, 8)});
-  const int fd = ::open((path + ".lock").c_str(), O_RDWR);
+  const std::string lock = (fs::path(path).parent_path() / "tuning.lock").string();
+  const int fd = ::open(lock.c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::flock(fd, LOCK_EX), 0);  // another open file description: the removal must wait
   std::atomic<bool> removed{false};
@@ -130,7 +130,7 @@ TEST(TuningCache, RemovalTakesTheLock) {
   remover.join();
   EXPECT_TRUE(removed.load());
   EXPECT_FALSE(fs::exists(path));
-  EXPECT_TRUE(fs::exists(path + ".lock"));
+  EXPECT_TRUE(fs::exists(lock));
 }
 
 TEST(TuningCache, CorruptAndForeignFilesAreReportedAndIgnored) {
