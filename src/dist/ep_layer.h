@@ -50,8 +50,12 @@ class EpMoeLayer {
   void forward(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out, cudaStream_t stream,
                cudaEvent_t const* events = nullptr, bool run_experts = true);
 
-  // After a forward: the rows this rank sent (permuted order) and what came back, and how many.
+  // After a forward: the rows this rank sent (permuted order), the rows it received for its
+  // experts and their outputs (the received rows themselves with the experts bypassed), what came
+  // back, and how many.
   const uint16_t* sent_rows() const { return send_rows_.get<uint16_t>(); }
+  const uint16_t* received_rows() const { return recv_rows_.get<uint16_t>(); }
+  const uint16_t* expert_outputs() const { return recv_out_.get<uint16_t>(); }
   const uint16_t* returned_rows() const { return back_rows_.get<uint16_t>(); }
   int64_t sent_row_count() const { return sent_; }
   int64_t received_row_count() const { return received_; }

@@ -41,17 +41,20 @@ MoeWeights dist_test_weights(uint64_t seed) {
 
 // The experts bypassed (forward's last argument false): the rows a rank sends are its own
 // tokens' hidden rows, each top_k times, and every bit of them comes home. The bypass runs twice,
-// the second time with both row buffers poisoned first, so that a row never sent or never
-// returned fails (a first run on fresh buffers could agree on what neither wrote). Every rank of
-// the communicator calls it, in step (the forward is collective).
+// the second time with every row buffer on the way poisoned first (sent, received, the experts'
+// outputs, returned), so that a row never sent, received or returned in that run fails (a first
+// run on fresh buffers could agree on what nobody wrote). Every rank of the communicator calls
+// it, in step (the forward is collective; the poison lands before either rank's second run).
 void expect_rows_travel_bit_exactly(EpMoeLayer& ep, const uint16_t* hidden, const float* logits, int64_t mine,
                                     uint16_t* out, cudaStream_t s, const std::vector<uint16_t>& my_rows, int64_t H,
                                     int k, const std::string& where) {
   for (int round = 0; round < 2; ++round) {
-    if (round == 1 && ep.sent_row_count() > 0) {
-      const size_t bytes = static_cast<size_t>(ep.sent_row_count() * H) * sizeof(uint16_t);
-      FP4MOE_CUDA_CHECK(cudaMemset(const_cast<uint16_t*>(ep.sent_rows()), 0xFF, bytes));
-      FP4MOE_CUDA_CHECK(cudaMemset(const_cast<uint16_t*>(ep.returned_rows()), 0xFF, bytes));
+    if (round == 1) {
+      const size_t sent = static_cast<size_t>(ep.sent_row_count() * H) * sizeof(uint16_t);
+      const size_t received = static_cast<size_t>(ep.received_row_count() * H) * sizeof(uint16_t);
+      for (const auto& [rows, bytes] : {std::pair{ep.sent_rows(), sent}, std::pair{ep.returned_rows(), sent},
+                                        std::pair{ep.received_rows(), received}, std::pair{ep.expert_outputs(), received}})
+        if (bytes) FP4MOE_CUDA_CHECK(cudaMemset(const_cast<uint16_t*>(rows), 0xFF, bytes));
       FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
     }
     ep.forward(hidden, logits, mine, out, s, nullptr, false);

@@ -42,7 +42,8 @@ inline void expect_routing_matches_reference(const RoutingConfig& cfg, const std
   };
   const bool grouped = !softmax && cfg.topk_group < cfg.n_group;
   // Whether expert e is of a group that near-ties the last kept one of token t, or beats it:
-  // where the topk_group-th group score and the next lie within 1e-6, float32 may keep either.
+  // where the topk_group-th group score and the next differ by less than 1e-6, float32 may keep
+  // either.
   auto of_tied_group = [&](int64_t t, int e) {
     if (!grouped) return false;
     std::vector<double> c(E);
@@ -51,7 +52,9 @@ inline void expect_routing_matches_reference(const RoutingConfig& cfg, const std
     std::vector<double> sorted = group_score;
     std::sort(sorted.begin(), sorted.end(), std::greater<>());
     const double last_kept = sorted[cfg.topk_group - 1];
-    return last_kept - sorted[cfg.topk_group] < 1e-6 && group_score[e / (E / cfg.n_group)] >= last_kept - 1e-6;
+    // (an exact tie of groups, like one of experts, is broken by the lower index on both sides)
+    const double gap = last_kept - sorted[cfg.topk_group];
+    return gap > 0 && gap < 1e-6 && group_score[e / (E / cfg.n_group)] >= last_kept - 1e-6;
   };
   int64_t near_ties = 0;  // tokens
   for (int64_t t = 0; t < T; ++t) {
