@@ -105,14 +105,23 @@ with tempfile.TemporaryDirectory() as d:
     with open(os.path.join(d, "hf_quant_config.json"), "w") as f:
         json.dump({"producer": {"name": "modelopt", "version": "python test"},
                    "quantization": {"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head"]}}, f)
-    weight_map, layers = {}, []
+    # As a real checkpoint is sharded: by size, not by layer. Every layer's tensors in order, cut
+    # into SHARDS files of about equal count, so a layer straddles files and a file holds parts
+    # of two layers (the loader must follow the index, not assume one layer a file).
+    SHARDS = 3
+    weight_map, layers, named = {}, [], []
     for layer in range(LAYERS):
         t = layer_tensors(rng)
         layers.append(t)
-        shard = f"model-{layer + 1:05d}-of-{LAYERS:05d}.safetensors"
-        named = {f"model.layers.{layer}.mlp.{k}": v for k, v in t.items()}
-        save_file(named, os.path.join(d, shard), metadata={"format": "pt"})
-        weight_map.update({k: shard for k in named})
+        named += [(f"model.layers.{layer}.mlp.{k}", v) for k, v in t.items()]
+    per_shard = -(-len(named) // SHARDS)
+    for s in range(SHARDS):
+        shard = f"model-{s + 1:05d}-of-{SHARDS:05d}.safetensors"
+        part = dict(named[s * per_shard:(s + 1) * per_shard])
+        save_file(part, os.path.join(d, shard), metadata={"format": "pt"})
+        weight_map.update({k: shard for k in part})
+    layer1_files = {f for k, f in weight_map.items() if k.startswith("model.layers.1.")}
+    check(len(layer1_files) >= 2, f"layer 1 lies in {len(layer1_files)} file(s); the test means it to straddle two")
     with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {}, "weight_map": weight_map}, f)
 

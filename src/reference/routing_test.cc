@@ -57,6 +57,17 @@ TEST(Routing, GroupLimitedSelection) {
   RoutingConfig all = c;
   all.topk_group = 4;
   EXPECT_EQ(route_reference(all, logits, 1, 8, {}).ids, (std::vector<int32_t>{0, 4}));
+  // The correction bias enters the group scores: +0.3 on g2's experts makes its choice scores
+  // 0.98201 + 0.3 and 0.01799 + 0.3, its sum 1.6000, the best group; g1 (1.4621) stays, g0
+  // (1.1125) is dropped. Among g1 and g2: expert 4 (1.282), then experts 2 and 3 (0.73106 each,
+  // an exact tie: the lower index) before expert 5 (0.318). The weights are the unbiased
+  // sigmoids, normalized: 0.98201 / (0.98201 + 0.73106) and 0.73106 / (...).
+  const std::vector<float> bias = {0, 0, 0, 0, 0.3f, 0.3f, 0, 0};
+  const Routing b = route_reference(c, logits, 1, 8, bias);
+  EXPECT_EQ(b.ids, (std::vector<int32_t>{4, 2}));
+  auto sig = [](double x) { return 1 / (1 + std::exp(-x)); };
+  EXPECT_NEAR(b.weights[0], sig(4) / (sig(4) + sig(1)), 1e-6);
+  EXPECT_NEAR(b.weights[1], sig(1) / (sig(4) + sig(1)), 1e-6);
 }
 
 TEST(Routing, RejectsBadInput) {
