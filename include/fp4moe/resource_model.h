@@ -94,7 +94,9 @@ struct CompiledKernelInfo {
   int ctas_per_sm = 0;
   int max_threads = 0;
 };
-std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, const ModelOptions& opt = {});
+// On `device` (-1: the current one); the current device is the same afterwards.
+std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, const ModelOptions& opt = {},
+                                                        int device = -1);
 
 // The tactics of our families (w4a16_mma, w4a16_wgmma, w4a16_gemv, w4a16_fused) compiled into this
 // build (mirrors src/kernels/inst; a GPU test checks the two lists agree).

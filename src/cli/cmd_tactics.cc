@@ -102,7 +102,7 @@ void run_tactics(const TacticsArgs& a) {
     for (const Tactic& t : rows) {
       const ResourceReport r = model_resources(t, gpu, dtype, opt);
       std::optional<CompiledKernelInfo> live;
-      if (support.runs) live = query_compiled_kernel(t, opt);
+      if (support.runs) live = query_compiled_kernel(t, opt, gpu.device_index);  // --gpu current:N's device
       const char* verdict = !r.supported ? "n/a" : r.fits ? "fits" : "NO FIT";
       if (a.json) {
         nlohmann::json j = {{"tactic", format_tactic(t)}, {"gpu", gpu.name}, {"dtype", to_string(dtype)},

@@ -3,6 +3,6 @@
 
 namespace fp4moe {
 
-std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic&, const ModelOptions&) { return std::nullopt; }
+std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic&, const ModelOptions&, int) { return std::nullopt; }
 
 }  // namespace fp4moe

@@ -8,12 +8,32 @@
 
 namespace fp4moe {
 
-std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, const ModelOptions& opt) {
+namespace {
+// Makes `device` current for a scope (-1: leaves the current one); the previous one returns.
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device) {
+    FP4MOE_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (device >= 0 && device != previous_) FP4MOE_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~ScopedDevice() { (void)cudaSetDevice(previous_); }
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+}  // namespace
+
+std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, const ModelOptions& opt, int device) {
   if (t.family != Family::kW4a16Mma && t.family != Family::kW4a16Wgmma && t.family != Family::kW4a16Gemv &&
       t.family != Family::kW4a16Fused)
     return std::nullopt;
   const kernels::W4a16Kernel* k = kernels::find_w4a16_kernel(t);
   if (!k || query_cuda_environment().devices.empty()) return std::nullopt;
+  // Every figure below (the image, the opt-in limit, occupancy, the function's shared-memory
+  // attribute) is the device's: the one asked for, not whichever the process has current.
+  const ScopedDevice on(device);
   cudaFuncAttributes attr{};
   const cudaError_t st = cudaFuncGetAttributes(&attr, k->function);
   if (is_missing_kernel_image(st)) {
@@ -26,9 +46,9 @@ std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, const M
   info.static_smem = static_cast<int64_t>(attr.sharedSizeBytes);
   info.dynamic_smem = k->dynamic_smem_bytes(kernels::W4a16SmemShape{opt.experts, opt.tokens, opt.k, opt.slots});
   info.max_threads = attr.maxThreadsPerBlock;
-  int device = 0, optin = 0;
-  FP4MOE_CUDA_CHECK(cudaGetDevice(&device));
-  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  int current = 0, optin = 0;
+  FP4MOE_CUDA_CHECK(cudaGetDevice(&current));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, current));
   if (info.dynamic_smem > optin) return info;  // cannot launch here: 0 CTAs per SM
   if (attr.maxDynamicSharedSizeBytes < info.dynamic_smem)
     FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(k->function, cudaFuncAttributeMaxDynamicSharedMemorySize,
