@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -65,6 +66,38 @@ INSTANTIATE_TEST_SUITE_P(
       if (c.outliers) n += "_outliers";
       return n;
     });
+
+// The W4A4 activation recipe against the oracle's NumPy float32 arithmetic, byte for byte: an
+// ordinary input scale, zero blocks (scale 0, codes 0), a scale so small that every block
+// saturates (scale 448, codes clipped to 6), and one so large that the block scales fall into
+// E4M3's subnormals or round to 0 on data that is not zero (the codes of those blocks are 0).
+TEST(Nvfp4ActivationsVsOracle, CodesAndScalesAgreeExactly) {
+  struct ActCase {
+    int64_t rows, cols;
+    double std;
+    float input_scale;
+  };
+  int cases = 0;
+  for (const ActCase& c : {ActCase{4, 64, 1.0, 0.01f}, ActCase{33, 512, 3.0, 0.0625f}, ActCase{8, 256, 1.0, 1e-5f},
+                           ActCase{8, 256, 1.0, 2e3f}, ActCase{16, 128, 1e-3, 3.7e-4f}}) {
+    std::vector<float> x = gaussian(c.rows * c.cols, c.std, 900 + c.rows + c.cols);
+    for (int64_t b = 0; b < c.rows * c.cols / 16; b += 7) std::fill_n(x.begin() + b * 16, 16, 0.0f);
+    const Nvfp4Matrix q = quantize_nvfp4_activations(x, c.rows, c.cols, c.input_scale);
+    char scale[32];
+    std::snprintf(scale, sizeof scale, "%.9g", c.input_scale);  // round-trips a float exactly
+    const std::vector<uint8_t> ref =
+        test::run_oracle("nvfp4_act", x, std::to_string(c.rows) + " " + std::to_string(c.cols) + " " + scale);
+    ASSERT_EQ(ref.size(), q.block_scales.size() + q.data.size()) << "input scale " << scale;
+    int bad_scales = 0, bad_codes = 0;
+    for (size_t i = 0; i < q.block_scales.size(); ++i) bad_scales += q.block_scales[i] != ref[i];
+    for (size_t i = 0; i < q.data.size(); ++i) bad_codes += q.data[i] != ref[q.block_scales.size() + i];
+    EXPECT_EQ(bad_scales, 0) << "of " << q.block_scales.size() << " block scales, input scale " << scale;
+    EXPECT_EQ(bad_codes, 0) << "of " << q.data.size() << " code bytes, input scale " << scale;
+    EXPECT_EQ(q.global_scale, c.input_scale);
+    ++cases;
+  }
+  EXPECT_EQ(cases, 5);
+}
 
 TEST(Mxfp4VsOracle, CodesAndScalesAgreeExactly) {
   for (auto [rows, cols, std] : {std::tuple{5, 64, 1.0}, std::tuple{64, 512, 1e-2},

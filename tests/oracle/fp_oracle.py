@@ -8,6 +8,9 @@ Usage: fp_oracle.py OP IN OUT [ARGS]
                                    float32 global scale, then scales [ROWS, COLS/16] (uint8),
                                    then packed codes [ROWS, COLS/2] (uint8)
   OP = mxfp4 ROWS COLS             OCP MX: scales [ROWS, COLS/32] (uint8), packed codes
+  OP = nvfp4_act ROWS COLS SCALE   activations with a calibrated input scale (the W4A4 recipe of
+                                   TensorRT-LLM / vLLM's kernels), float32 arithmetic: scales
+                                   [ROWS, COLS/16] (uint8), then packed codes [ROWS, COLS/2]
 """
 import sys
 
@@ -51,6 +54,23 @@ def mxfp4(w):
     return (shared + 127).astype(np.uint8), pack(q)
 
 
+def nvfp4_act(x, input_scale):
+    """sf = e4m3 satfinite(amax(block) / 6 / input_scale); code = e2m1 satfinite(x * (1 / (sf *
+    input_scale))), 0 where sf is 0. Saturation is a clip: ml_dtypes casts past e4m3's 448 to NaN."""
+    rows, cols = x.shape
+    s = np.float32(input_scale)
+    blocks = x.reshape(rows, cols // 16, 16).astype(np.float32)
+    amax = np.abs(blocks).max(axis=-1).astype(np.float32)
+    ratio = ((amax / np.float32(6.0)).astype(np.float32) / s).astype(np.float32)
+    sf = np.minimum(ratio, np.float32(448.0)).astype(ml_dtypes.float8_e4m3fn)
+    denom = (sf.astype(np.float32) * s).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        mult = np.where(denom == 0, np.float32(0.0), (np.float32(1.0) / denom)).astype(np.float32)
+    scaled = np.clip((blocks * mult[..., None]).astype(np.float32), np.float32(-6.0), np.float32(6.0))
+    q = scaled.astype(ml_dtypes.float4_e2m1fn).view(np.uint8).reshape(rows, cols)
+    return sf.view(np.uint8), pack(q)
+
+
 def main():
     op, src, dst = sys.argv[1:4]
     x = np.fromfile(src, dtype=np.float32)
@@ -70,6 +90,11 @@ def main():
         elif op == "mxfp4":
             rows, cols = int(sys.argv[4]), int(sys.argv[5])
             scales, packed = mxfp4(x.reshape(rows, cols))
+            f.write(scales.tobytes())
+            f.write(packed.tobytes())
+        elif op == "nvfp4_act":
+            rows, cols, scale = int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+            scales, packed = nvfp4_act(x.reshape(rows, cols), np.float32(scale))
             f.write(scales.tobytes())
             f.write(packed.tobytes())
         else:
