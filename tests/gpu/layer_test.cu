@@ -406,6 +406,39 @@ TEST(GpuLayer, PrefillFamilyMatchesReferenceOnGlm5) {
   }
 }
 
+// A prefill-sized batch where every token can be held to the reference (the glm5 test above
+// samples 24): 128 tokens per expert on a narrow shape, so the shared stages at prefill size -
+// the routing's chunked permutation, the gather, the fused finalize - meet the reference on every
+// row. The heuristic's plan (the prefill family on sm_90a), and on sm_90a the first and the last
+// prefill tactic in both GEMMs.
+TEST(GpuLayer, PrefillSizedBatchMatchesReferenceOnEveryToken) {
+  FP4MOE_REQUIRE_GPU();
+  const MoeConfig cfg = sigmoid_config("prefill-every-token", 512, 256, 64, 8);
+  LayerCase c = make_case(cfg, 53);
+  constexpr int64_t kTokens = 1024;  // 128 per expert
+  std::vector<LayerPlan> plans = {c.layer->plan_for(kTokens)};
+  if (test::gpu().has_wgmma()) {
+    std::vector<Tactic> fc1, fc2;
+    for (const Tactic& t : tactics_of(Epilogue::kSwiglu)) if (t.family == Family::kW4a16Wgmma) fc1.push_back(t);
+    for (const Tactic& t : tactics_of(Epilogue::kFinalize)) if (t.family == Family::kW4a16Wgmma) fc2.push_back(t);
+    ASSERT_FALSE(fc1.empty());
+    ASSERT_FALSE(fc2.empty());
+    plans.push_back(LayerPlan{fc1.front(), fc2.back()});
+    plans.push_back(LayerPlan{fc1.back(), fc2.front()});
+  }
+  uint64_t seed = 800;
+  for (const LayerPlan& plan : plans) {
+    const std::vector<float> hidden = make_hidden_states(kTokens, cfg.hidden, ++seed);
+    const std::vector<float> logits = make_router_logits(kTokens, cfg.num_experts, seed);
+    const RunResult r = run_layer(*c.layer, hidden, logits, kTokens, &plan);
+    const test::Comparison cmp = check_against_reference(c.weights, hidden, kTokens, r);
+    std::printf("prefill-sized T=%lld %s + %s: rel error %.3e, worst token %.3e (every token)\n",
+                static_cast<long long>(kTokens), format_tactic(plan.fc1).c_str(), format_tactic(plan.fc2).c_str(),
+                cmp.rel_frobenius, cmp.worst_row_rel);
+    EXPECT_TRUE(within_tolerance(cmp)) << format_tactic(plan.fc1) << " + " << format_tactic(plan.fc2);
+  }
+}
+
 TEST(GpuLayer, AllTokensOnOneExpertAndEmptyExperts) {
   FP4MOE_REQUIRE_GPU();
   MoeConfig cfg = odd_config();
