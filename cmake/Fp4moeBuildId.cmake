@@ -4,7 +4,9 @@
 #
 # Run by a build step (cmake -P) whenever a source or the settings file is newer than the
 # output: it hashes the settings, then every library source and header below src/ and include/
-# (tests, the CLI and the bench excluded) and the build's cmake modules, in path order.
+# (tests, the CLI and the bench excluded), the build's cmake modules and the two CMakeLists that
+# set the library's compile options, in path order. (One id for every configuration of a
+# multi-config generator: the settings name the single-config build type.)
 #
 # Input variables: SOURCE_DIR, OUTPUT, VERSION, SETTINGS_FILE (build type, architectures,
 # compilers and their flags: src/CMakeLists.txt writes it).
@@ -12,6 +14,7 @@ file(GLOB_RECURSE _files RELATIVE "${SOURCE_DIR}"
      "${SOURCE_DIR}/src/*.cc" "${SOURCE_DIR}/src/*.cu" "${SOURCE_DIR}/src/*.h" "${SOURCE_DIR}/src/*.cuh"
      "${SOURCE_DIR}/include/*.h" "${SOURCE_DIR}/include/*.in" "${SOURCE_DIR}/cmake/*.cmake")
 list(FILTER _files EXCLUDE REGEX "(_test\\.(cc|cu)|^src/cli/.*|^src/bench/.*)$")
+list(APPEND _files CMakeLists.txt src/CMakeLists.txt)  # the library's compile options
 list(SORT _files)
 file(READ "${SETTINGS_FILE}" _all)
 foreach(_f IN LISTS _files)

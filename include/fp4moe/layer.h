@@ -65,8 +65,8 @@ class GpuMoeLayer {
   // "cache" or "heuristic" for each GEMM of plan_for(tokens).
   virtual std::string plan_source(int64_t tokens) const = 0;
   // Replaces the loaded tuning cache (nullptr: heuristic only). Plans are remembered per batch
-  // size for the cache set: a cache changed after it was set (through another pointer) is not
-  // seen until it is set again.
+  // size for the cache set: a cache changed after it was set (through another pointer) is seen
+  // once it is set again.
   virtual void set_tuning_cache(std::shared_ptr<const TuningCache> cache) = 0;
   // What loading the cache reported (corrupt file, other GPU's entries, ...), one line each.
   virtual const std::vector<std::string>& tuning_warnings() const = 0;

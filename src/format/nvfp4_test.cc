@@ -68,18 +68,19 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // The W4A4 activation recipe against the oracle's NumPy float32 arithmetic, byte for byte: an
-// ordinary input scale, zero blocks (scale 0, codes 0), a scale so small that every block
-// saturates (scale 448, codes clipped to 6), and one so large that the block scales fall into
-// E4M3's subnormals or round to 0 on data that is not zero (the codes of those blocks are 0).
+// ordinary input scale, zero blocks (scale 0), a scale so small that every block saturates
+// (scale 448, codes clipped to 6), one that puts the block scales among E4M3's subnormals, and
+// one so large that they round to 0 on data that is not zero. A zero scale's codes are +-0
+// (0x0, or 0x8 for a negative element), on both sides.
 TEST(Nvfp4ActivationsVsOracle, CodesAndScalesAgreeExactly) {
   struct ActCase {
     int64_t rows, cols;
     double std;
     float input_scale;
   };
-  int cases = 0;
+  int subnormal_scales = 0;
   for (const ActCase& c : {ActCase{4, 64, 1.0, 0.01f}, ActCase{33, 512, 3.0, 0.0625f}, ActCase{8, 256, 1.0, 1e-5f},
-                           ActCase{8, 256, 1.0, 2e3f}, ActCase{16, 128, 1e-3, 3.7e-4f}}) {
+                           ActCase{8, 256, 1.0, 60.0f}, ActCase{8, 256, 1.0, 2e3f}, ActCase{16, 128, 1e-3, 3.7e-4f}}) {
     std::vector<float> x = gaussian(c.rows * c.cols, c.std, 900 + c.rows + c.cols);
     for (int64_t b = 0; b < c.rows * c.cols / 16; b += 7) std::fill_n(x.begin() + b * 16, 16, 0.0f);
     const Nvfp4Matrix q = quantize_nvfp4_activations(x, c.rows, c.cols, c.input_scale);
@@ -94,9 +95,9 @@ TEST(Nvfp4ActivationsVsOracle, CodesAndScalesAgreeExactly) {
     EXPECT_EQ(bad_scales, 0) << "of " << q.block_scales.size() << " block scales, input scale " << scale;
     EXPECT_EQ(bad_codes, 0) << "of " << q.data.size() << " code bytes, input scale " << scale;
     EXPECT_EQ(q.global_scale, c.input_scale);
-    ++cases;
+    for (uint8_t s : q.block_scales) subnormal_scales += s != 0 && (s & 0x78) == 0;  // exponent field 0
   }
-  EXPECT_EQ(cases, 5);
+  EXPECT_GT(subnormal_scales, 0) << "no case reached E4M3's subnormal scales";
 }
 
 TEST(Mxfp4VsOracle, CodesAndScalesAgreeExactly) {

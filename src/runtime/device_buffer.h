@@ -85,9 +85,9 @@ class OwnedEvent {
 // entry points work on the GPU it was created on, whichever device is current when called.
 class ScopedDevice {
  public:
-  explicit ScopedDevice(int device) {
+  explicit ScopedDevice(int device) {  // -1: stays on the current device
     FP4MOE_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) FP4MOE_CUDA_CHECK(cudaSetDevice(device));
+    if (device >= 0 && previous_ != device) FP4MOE_CUDA_CHECK(cudaSetDevice(device));
   }
   ~ScopedDevice() {
     int now = previous_;

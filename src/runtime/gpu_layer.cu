@@ -98,6 +98,11 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   std::pair<LayerPlan, std::string> planned(int64_t tokens) const;
   std::pair<LayerPlan, std::string> plan_from(int64_t tokens, const TuningCache* cache) const;
   void set_tuning_cache(std::shared_ptr<const TuningCache> cache) override {
+    {
+      const std::lock_guard<std::mutex> lock(plans_mutex_);  // set again: planned afresh
+      plans_.clear();
+      plans_cache_.reset();
+    }
     const std::lock_guard<std::mutex> lock(cache_mutex_);
     cache_ = std::move(cache);
   }

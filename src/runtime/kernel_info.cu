@@ -5,25 +5,9 @@
 #include "fp4moe/resource_model.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/gemm/w4a16_registry.h"
+#include "runtime/device_buffer.h"
 
 namespace fp4moe {
-
-namespace {
-// Makes `device` current for a scope (-1: leaves the current one); the previous one returns.
-class ScopedDevice {
- public:
-  explicit ScopedDevice(int device) {
-    FP4MOE_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (device >= 0 && device != previous_) FP4MOE_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~ScopedDevice() { (void)cudaSetDevice(previous_); }
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
-}  // namespace
 
 std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, const ModelOptions& opt, int device) {
   if (t.family != Family::kW4a16Mma && t.family != Family::kW4a16Wgmma && t.family != Family::kW4a16Gemv &&

@@ -5,8 +5,10 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -241,7 +243,9 @@ TuningCache TuningCache::load(const std::string& path, std::vector<std::string>*
     text = read_text_file(path);
   } catch (const Error& e) {
     if (warnings) warnings->push_back(std::string(e.what()) + "; ignored");
-    c.rejected_ = true;  // there, but not readable: a write moves it aside, never over it
+    // A regular file there but not readable (permissions, size) is kept: a write moves it aside.
+    // Anything else (a FIFO) a write replaces, and a directory it cannot.
+    c.rejected_ = path_kind(path) == PathKind::kRegularFile;
     return c;
   }
   if (!text) return c;  // no cache yet
@@ -298,8 +302,11 @@ class CacheFileLock {
  public:
   explicit CacheFileLock(const std::string& path)
       : lock_path_((std::filesystem::path(path).parent_path() / "tuning.lock").string()) {
-    fd_ = ::open(lock_path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-    FP4MOE_CHECK(fd_ >= 0, lock_path_, ": cannot open the lock file");
+    // Read-write where it can (NFS's emulated flock wants it), read-only where another user
+    // created the file in a shared directory: a local flock needs no write access.
+    fd_ = ::open(lock_path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
+    if (fd_ < 0 && errno == EACCES) fd_ = ::open(lock_path_.c_str(), O_RDONLY | O_CLOEXEC);
+    FP4MOE_CHECK(fd_ >= 0, lock_path_, ": cannot open the lock file (", std::strerror(errno), ")");
     if (::flock(fd_, LOCK_EX) != 0) {
       ::close(fd_);
       FP4MOE_FAIL(lock_path_, ": cannot lock");
@@ -336,7 +343,7 @@ TuningCache TuningCache::merge_into_file(const std::string& path, const std::vec
   TuningCache merged = load(path, warnings);
   if (merged.rejected_) {
     // A corrupt or unreadable file (or another schema's) at this name: kept, not overwritten
-    // (an earlier .rejected copy is replaced).
+    // (an earlier .rejected copy is replaced: what it held was not readable either).
     const std::string aside = path + ".rejected";
     fs::rename(p, aside, ec);
     FP4MOE_CHECK(!ec, path, ": cannot move the unreadable cache file aside (", ec.message(), ")");
