@@ -2,22 +2,18 @@
 # are compiled. The tuning cache keys its measurements by it: a winner timed with other kernels,
 # another heuristic or other code generation is not a measurement of this build.
 #
-# Run by a build step (cmake -P) whenever a source or the settings file is newer than the
-# output: it hashes the settings, then every library source and header below src/ and include/
-# (tests, the CLI and the bench excluded), the build's cmake modules and the two CMakeLists that
-# set the library's compile options, in path order. (One id for every configuration of a
-# multi-config generator: the settings name the single-config build type.)
+# Run by a build step (cmake -P) whenever a listed source or the settings file is newer than the
+# output. The settings file (src/CMakeLists.txt writes it) holds the build type, architectures,
+# compilers and their flags, then one line "source <path>" for each file to hash, relative to
+# SOURCE_DIR: the library's sources and headers (tests, the CLI and the bench excluded), the cmake
+# modules and the two CMakeLists that set its compile options. (One id for every configuration of
+# a multi-config generator: the settings name the single-config build type.)
 #
-# Input variables: SOURCE_DIR, OUTPUT, VERSION, SETTINGS_FILE (build type, architectures,
-# compilers and their flags: src/CMakeLists.txt writes it).
-file(GLOB_RECURSE _files RELATIVE "${SOURCE_DIR}"
-     "${SOURCE_DIR}/src/*.cc" "${SOURCE_DIR}/src/*.cu" "${SOURCE_DIR}/src/*.h" "${SOURCE_DIR}/src/*.cuh"
-     "${SOURCE_DIR}/include/*.h" "${SOURCE_DIR}/include/*.in" "${SOURCE_DIR}/cmake/*.cmake")
-list(FILTER _files EXCLUDE REGEX "(_test\\.(cc|cu)|^src/cli/.*|^src/bench/.*)$")
-list(APPEND _files CMakeLists.txt src/CMakeLists.txt)  # the library's compile options
-list(SORT _files)
+# Input variables: SOURCE_DIR, OUTPUT, VERSION, SETTINGS_FILE.
 file(READ "${SETTINGS_FILE}" _all)
-foreach(_f IN LISTS _files)
+file(STRINGS "${SETTINGS_FILE}" _sources REGEX "^source ")
+foreach(_line IN LISTS _sources)
+  string(SUBSTRING "${_line}" 7 -1 _f)
   file(SHA256 "${SOURCE_DIR}/${_f}" _h)
   string(APPEND _all "\n${_f} ${_h}")
 endforeach()

@@ -9,7 +9,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <string_view>
 
 #include "cli/commands.h"
 #include "cli/printable.h"
@@ -208,10 +207,7 @@ void run_tune(const TuneArgs& a) {
 // tuner would not read is moved aside to the same name + ".rejected" (merge_into_file).
 bool is_cache_file_name(const std::filesystem::path& p) {
   const std::string name = p.filename().string();
-  const auto ends_with = [&](std::string_view tail) {
-    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  return name.rfind("tuning-", 0) == 0 && (ends_with(".json") || ends_with(".json.rejected"));
+  return name.starts_with("tuning-") && (name.ends_with(".json") || name.ends_with(".json.rejected"));
 }
 
 struct CacheArgs {

@@ -98,17 +98,10 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   std::pair<LayerPlan, std::string> planned(int64_t tokens) const;
   std::pair<LayerPlan, std::string> plan_from(int64_t tokens, const TuningCache* cache) const;
   void set_tuning_cache(std::shared_ptr<const TuningCache> cache) override {
-    {
-      const std::lock_guard<std::mutex> lock(plans_mutex_);  // set again: planned afresh
-      plans_.clear();
-      plans_cache_.reset();
-    }
     const std::lock_guard<std::mutex> lock(cache_mutex_);
     cache_ = std::move(cache);
-  }
-  std::shared_ptr<const TuningCache> tuning_cache() const {
-    const std::lock_guard<std::mutex> lock(cache_mutex_);
-    return cache_;
+    plans_.clear();  // set again, even the same cache: planned afresh
+    ++cache_generation_;
   }
   const std::vector<std::string>& tuning_warnings() const override { return cache_warnings_; }
   void forward(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
@@ -235,13 +228,13 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   std::vector<DeviceBuffer> retired_;
   int device_ = 0;
   bool clock_on_ = false;
-  mutable std::mutex cache_mutex_;  // cache_ may be replaced while another thread plans
+  // cache_ may be replaced while another thread plans; the plans made with it so far, by token
+  // count (see planned()), and how many times it was set, so that a plan made with a cache since
+  // replaced is not remembered.
+  mutable std::mutex cache_mutex_;
   std::shared_ptr<const TuningCache> cache_;
-  // The plans made so far, by token count, and the cache they were made with (held, so that a
-  // replaced cache is never mistaken for its successor): see planned().
-  mutable std::mutex plans_mutex_;
-  mutable std::shared_ptr<const TuningCache> plans_cache_;
   mutable std::map<int64_t, std::pair<LayerPlan, std::string>> plans_;
+  uint64_t cache_generation_ = 0;
   // One call at a time on the host (the workspace and the fields below), and on the GPU: the
   // workspace is the layer's, so each eager call waits for the previous eager call's end
   // (call_done_, recorded after each), whatever stream either was on.
@@ -379,18 +372,17 @@ std::string GpuMoeLayerImpl::plan_source(int64_t tokens) const { return planned(
 // resource model's verdicts costs 4-13 us of host time, half a glm5-tp8 decode layer.
 std::pair<LayerPlan, std::string> GpuMoeLayerImpl::planned(int64_t tokens) const {
   FP4MOE_CHECK(tokens >= 1 && tokens <= (int64_t{1} << 24), "plan_for: token count ", tokens, " out of [1, 2^24]");
-  const std::shared_ptr<const TuningCache> cache = tuning_cache();
+  std::shared_ptr<const TuningCache> cache;
+  uint64_t generation = 0;
   {
-    const std::lock_guard<std::mutex> lock(plans_mutex_);
-    if (plans_cache_ != cache) {
-      plans_.clear();
-      plans_cache_ = cache;
-    }
+    const std::lock_guard<std::mutex> lock(cache_mutex_);
     if (const auto it = plans_.find(tokens); it != plans_.end()) return it->second;
+    cache = cache_;
+    generation = cache_generation_;
   }
-  const std::pair<LayerPlan, std::string> made = plan_from(tokens, cache.get());
-  const std::lock_guard<std::mutex> lock(plans_mutex_);
-  if (plans_cache_ == cache) {  // not if the cache was replaced meanwhile
+  const std::pair<LayerPlan, std::string> made = plan_from(tokens, cache.get());  // outside the lock
+  const std::lock_guard<std::mutex> lock(cache_mutex_);
+  if (generation == cache_generation_) {  // not if the cache was set meanwhile
     if (plans_.size() >= 4096) plans_.clear();  // a bound for callers of many batch sizes
     plans_.emplace(tokens, made);
   }

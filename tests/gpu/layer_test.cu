@@ -334,9 +334,7 @@ test::Comparison check_sampled_tokens(const MoeWeights& w, const std::vector<flo
     std::copy_n(r.routing.weights.begin() + pick[i] * k, k, sub.weights.begin() + i * k);
     std::copy_n(r.out.begin() + pick[i] * H, H, sub_out.begin() + i * H);
   }
-  test::Comparison cmp =
-      test::compare(test::bf16_to_double(sub_out), moe_reference(w, sub_hidden, S, sub, test::gpu_rounding()), H);
-  cmp.gpu_rounded_reference = true;
+  test::Comparison cmp = check_against_reference(w, sub_hidden, S, RunResult{std::move(sub_out), std::move(sub)});
   cmp.non_finite = std::count_if(r.out.begin(), r.out.end(),
                                  [](uint16_t b) { return !std::isfinite(Bf16::from_bits(b).to_float()); });
   return cmp;
