@@ -126,6 +126,18 @@ expect_one_line_error(run("run", "--preset", "glm5-tp8", "--device", "cpu", "--i
 for option in [("run", "--output"), ("run", "--input"), ("bench", "--json"), ("tune", "--json")]:
     expect_one_line_error(run(*option, "", expect_rc=USAGE), f"{option[1]}: an empty path")
 expect_one_line_error(run("cache", "path", "--file", "x.json", expect_rc=FAILURE), "--file goes with list, show or clear")
+# --cuda-device: a GPU asked for by number must exist (no machine has 1024), and goes only where a
+# single GPU runs.
+expect_errors([
+        (("run", "--tokens", "1", "--cuda-device", "1023"), FAILURE, "run: --cuda-device 1023: "),
+        (("bench", "--tokens", "1", "--cuda-device", "1023"), FAILURE, "bench: --cuda-device 1023: "),
+        (("tune", "--tokens", "1", "--cuda-device", "1023"), FAILURE, "tune: --cuda-device 1023: "),
+        (("cache", "path", "--cuda-device", "1023"), FAILURE, "cache path: --cuda-device 1023: "),
+        (("run", "--cuda-device", "1024"), USAGE, "--cuda-device: '1024' is not an integer in [0, 1023]"),
+        (("run", "--device", "cpu", "--cuda-device", "0"), FAILURE, "--cuda-device picks a GPU; --device cpu runs none"),
+        (("bench", "--tp", "2", "--cuda-device", "1"), FAILURE, "--tp runs on CUDA devices 0 to N-1"),
+        (("cache", "list", "--cuda-device", "0"), FAILURE, "cache list: --cuda-device goes with path"),
+])
 # tactics: names checked before the table; a family without the epilogue says so.
 p = run("tactics", "--gpu", "h200", "--family", "bogus", expect_rc=USAGE)
 check(p.stdout == "", f"tactics printed before refusing --family bogus: {p.stdout[:200]}")

@@ -36,15 +36,18 @@ BenchReport run_bench(const BenchOptions& o) {
   auto say = [&](const std::string& s) { if (o.progress) o.progress(s); };
   const CudaEnvironment env = query_cuda_environment();
   FP4MOE_CHECK(!env.devices.empty(), "bench: no usable GPU (", env.error, ")");
-  const BuildSupport support = build_support_for(env.devices[0]);  // before minutes of ceilings
+  FP4MOE_CHECK(o.device >= 0 && o.device < static_cast<int>(env.devices.size()), "bench: CUDA device ", o.device,
+               " out of range (", env.devices.size(), " GPUs)");
+  const BuildSupport support = build_support_for(env.devices[o.device]);  // before minutes of ceilings
   FP4MOE_CHECK(support.runs, "bench: ", support.why);
   BenchReport report;
-  report.gpu = env.devices[0];
+  report.gpu = env.devices[o.device];
   report.options = o;
-  FP4MOE_CUDA_CHECK(cudaSetDevice(0));
+  // Every allocation, stream, handle and kernel below lives on that device; the caller's is restored.
+  const ScopedDevice on_device(o.device);
 
   char pci[32] = {};
-  FP4MOE_CUDA_CHECK(cudaDeviceGetPCIBusId(pci, sizeof(pci), 0));
+  FP4MOE_CUDA_CHECK(cudaDeviceGetPCIBusId(pci, sizeof(pci), o.device));
   ClockMonitor clocks(pci);
   report.clock_monitor_unavailable = clocks.why_unavailable();
   say("measuring ceilings: read bandwidth, cuBLAS BF16 GEMM (burst, then sustained)");
@@ -57,6 +60,7 @@ BenchReport run_bench(const BenchOptions& o) {
   say("uploading and prepacking weights");
   LayerOptions lo;
   lo.use_tuning_cache = o.use_tuning_cache;
+  lo.device = o.device;
   std::unique_ptr<GpuMoeLayer> layer = GpuMoeLayer::create(w, lo);
   for (const auto& warning : layer->tuning_warnings()) say("warning: " + warning);
   std::unique_ptr<CublasBaseline> base;

@@ -31,6 +31,7 @@ struct BenchOptions {
   std::optional<Tactic> fc1, fc2;  // fixed tactics instead of the layer's plan
   bool use_tuning_cache = true;     // the layer's plan from the tuning cache where it has one
   bool plain_read = true;  // memory-bound rows: time a plain read of the layer's bytes too (plain_read.h)
+  int device = 0;          // the CUDA device everything runs on (ceilings, baseline, layer)
   std::function<void(const std::string&)> progress;  // one line per step
 };
 

@@ -10,6 +10,7 @@
 
 #include "bench/roofline.h"
 #include "cli/commands.h"
+#include "cli/cuda_device.h"
 #include "cli/printable.h"
 #include "cli/shape_options.h"
 #include "cli/validators.h"
@@ -49,6 +50,7 @@ struct BenchArgs {
   double sustain_seconds = 3;
   int tp = 0;  // > 1: the tensor-parallel benchmark over this many GPUs
   int ep = 0;  // > 1: the expert-parallel one
+  CudaDeviceArg cuda;  // the one GPU of a single-GPU run
 };
 
 // The sweep: the given token counts, or 1, 2, 4, ..., 16384.
@@ -73,7 +75,7 @@ nlohmann::json config_json(const MoeConfig& c) {
 
 nlohmann::json gpu_json(const GpuSpec& g) {
   return {{"name", g.name}, {"sm", g.sm}, {"sms", g.sm_count}, {"l2_bytes", g.l2_bytes},
-          {"smem_per_block", g.smem_per_block_optin}, {"live", g.live}};
+          {"smem_per_block", g.smem_per_block_optin}, {"live", g.live}, {"cuda_device", g.device_index}};
 }
 
 nlohmann::json cost_json(const LayerCost& c, const Roofline& f) {
@@ -128,6 +130,7 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
   o.warmup_seconds = a.warmup_ms * 1e-3;
   o.use_tuning_cache = !a.no_cache;
   o.sustain_seconds = a.sustain_seconds;
+  o.device = a.cuda.index;
   if (!a.fc1.empty()) o.fc1 = parse_tactic(a.fc1);
   if (!a.fc2.empty()) o.fc2 = parse_tactic(a.fc2);
   const bool tty = isatty(fileno(stderr));
@@ -362,11 +365,15 @@ void run_bench_command(const BenchArgs& a) {
     FP4MOE_CHECK(parse_tactic(a.fc1).epilogue == Epilogue::kSwiglu, "--fc1 ", a.fc1, ": FC1's epilogue is swiglu");
   if (!a.fc2.empty())
     FP4MOE_CHECK(parse_tactic(a.fc2).epilogue == Epilogue::kFinalize, "--fc2 ", a.fc2, ": FC2's epilogue is finalize");
+  FP4MOE_CHECK(!a.cuda.given || (a.tp == 0 && a.ep == 0), "--cuda-device picks one GPU; ", a.tp ? "--tp" : "--ep",
+               " runs on CUDA devices 0 to N-1 (choose them with CUDA_VISIBLE_DEVICES)");
   if (a.tp != 0 || a.ep != 0) {
     run_dist_command(a, cfg);
     return;
   }
   const CudaEnvironment env = query_cuda_environment();
+  // Without a GPU the bench runs the CPU reference; a GPU asked for by number must exist.
+  if (a.cuda.given) require_cuda_device(env, a.cuda, "bench");
 #ifdef FP4MOE_WITH_CUDA
   if (!env.devices.empty()) {
     run_gpu(a, cfg);
@@ -396,6 +403,7 @@ void register_bench(CLI::App& app) {
       ->check(FiniteRange(0.0, 60000.0));
   cmd->add_option("--json", a->json, "Write the results as JSON (schema fp4moe-bench/1)")->check(NonEmptyPath);
   cmd->add_option("--gpu", a->gpu, "Without a GPU: the table GPU whose datasheet gives the floors");
+  a->cuda.add_to(cmd);
   cmd->add_option("--fc1", a->fc1, "Fixed FC1 tactic (e.g. w4a16_mma:m128n8k256:s4:w8:sk1:swiglu)");
   cmd->add_option("--fc2", a->fc2, "Fixed FC2 tactic (epilogue finalize)");
   cmd->add_flag("--no-cache", a->no_cache, "Ignore the tuning cache: the heuristic plan only");

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/cuda_device.h"
 #include "cli/printable.h"
 #include "bench/roofline.h"
 #include "cli/shape_options.h"
@@ -33,6 +34,7 @@ struct RunArgs {
   int threads = 0;
   double skew = 0;
   std::string device = "auto";
+  CudaDeviceArg cuda;  // --cuda-device: which GPU
   bool compare = false;
   int iters = 20;
   bool iters_given = false;  // --iters typed: refused where no GPU runs (it would be ignored)
@@ -119,10 +121,14 @@ void run_layer(const RunArgs& a) {
   const int threads = a.threads > 0 ? a.threads : default_thread_count();
   const CudaEnvironment env = query_cuda_environment();
   FP4MOE_CHECK(!(a.device == "gpu" && env.devices.empty()), "--device gpu: no usable GPU (", env.error, ")");
+  FP4MOE_CHECK(!(a.cuda.given && a.device == "cpu"), "--cuda-device picks a GPU; --device cpu runs none");
+  // The GPU: --cuda-device's, which must exist where it is given; else device 0 where there is one.
+  const GpuSpec* gpu = a.cuda.given || (!env.devices.empty() && a.device != "cpu")
+                           ? &require_cuda_device(env, a.cuda, "run")
+                           : nullptr;
   // A GPU this build has no machine code for (a Blackwell GPU with the default build): --device
   // gpu fails naming the run target to build; auto runs the CPU reference and says why.
-  const BuildSupport support =
-      env.devices.empty() || a.device == "cpu" ? BuildSupport{} : build_support_for(env.devices[0]);
+  const BuildSupport support = gpu ? build_support_for(*gpu) : BuildSupport{};
   FP4MOE_CHECK(a.device != "gpu" || support.runs, "--device gpu: ", support.why);
   if (a.device == "auto" && !env.devices.empty() && !support.runs)
     std::fprintf(stderr, "fp4moe: note: %s; running the CPU reference instead\n", support.why.c_str());
@@ -216,8 +222,11 @@ void run_layer(const RunArgs& a) {
   if (use_gpu) {
 #ifdef FP4MOE_WITH_CUDA
     const auto t_up = std::chrono::steady_clock::now();
-    std::unique_ptr<GpuMoeLayer> layer = GpuMoeLayer::create(w);
-    std::printf("uploaded and prepacked on %s in %.2f s\n", env.devices[0].name.c_str(), seconds_since(t_up));
+    LayerOptions lo;
+    lo.device = gpu->device_index;
+    std::unique_ptr<GpuMoeLayer> layer = GpuMoeLayer::create(w, lo);
+    std::printf("uploaded and prepacked on %s (CUDA device %d) in %.2f s\n", gpu->name.c_str(), gpu->device_index,
+                seconds_since(t_up));
     const GpuLayerRun run = run_gpu_layer(*layer, hidden, logits, tokens, a.iters);
     std::printf("gpu: %.1f us per layer (median of %d CUDA-graph replays, warm L2); tactics %s / %s\n",
                 run.median_us, a.iters, format_tactic(run.plan.fc1).c_str(), format_tactic(run.plan.fc2).c_str());
@@ -266,6 +275,7 @@ void register_run(CLI::App& app) {
   cmd->add_option("--skew", args->skew, "Routing skew: >0 favours a few experts")->check(FiniteRange(0.0, kMaxRoutingSkew));
   cmd->add_option("--device", args->device, "auto (GPU if present), gpu, or cpu (the float64 reference)")
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
+  args->cuda.add_to(cmd);
   cmd->add_flag("--compare-reference", args->compare, "Check the GPU output against the CPU reference");
   cmd->add_option("--checkpoint", args->checkpoint, "A ModelOpt NVFP4 checkpoint directory (instead of --preset)")
       ->check(NonEmptyPath);

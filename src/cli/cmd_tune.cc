@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/cuda_device.h"
 #include "cli/printable.h"
 #include "cli/shape_options.h"
 #include "cli/validators.h"
@@ -30,6 +31,7 @@ namespace {
 struct TuneArgs {
   ShapeArgs shape;
   std::string tokens, json;
+  CudaDeviceArg cuda;
   // The library's defaults, not copies of them.
   int iters = TuneOptions{}.iters;
   int finalist_cycles = TuneOptions{}.finalist_cycles;
@@ -141,14 +143,15 @@ void run_tune(const TuneArgs& a) {
 #else
   const auto t0 = std::chrono::steady_clock::now();
   const CudaEnvironment env = query_cuda_environment();
-  FP4MOE_CHECK(!env.devices.empty(), "tune: no usable GPU (", env.error, ")");
-  const BuildSupport support = build_support_for(env.devices[0]);
+  const GpuSpec& gpu = require_cuda_device(env, a.cuda, "tune");
+  const BuildSupport support = build_support_for(gpu);
   FP4MOE_CHECK(support.runs, "tune: ", support.why);
   SyntheticOptions so;
   so.seed = a.seed;
   const MoeWeights w = make_synthetic_moe(cfg, so);
   LayerOptions lo;
   lo.use_tuning_cache = false;
+  lo.device = gpu.device_index;
   std::unique_ptr<GpuMoeLayer> layer = GpuMoeLayer::create(w, lo);
   TuneOptions o;
   o.iters = a.iters;
@@ -173,9 +176,10 @@ void run_tune(const TuneArgs& a) {
   // a lost machine - keeps the buckets it finished, and its output says how far it got.
   const CacheIdentity& id = layer->cache_identity();
   const std::string path = TuningCache::file_for(id.sm);
-  std::printf("tuning %s (H %lld, I %lld, E %d, top-%d) on %s; each bucket is stored in %s as it finishes\n",
+  std::printf("tuning %s (H %lld, I %lld, E %d, top-%d) on %s (CUDA device %d); each bucket is stored in %s as it "
+              "finishes\n",
               cfg.name.c_str(), static_cast<long long>(cfg.hidden), static_cast<long long>(cfg.intermediate),
-              cfg.num_experts, cfg.routing.top_k, id.gpu.c_str(), path.c_str());
+              cfg.num_experts, cfg.routing.top_k, id.gpu.c_str(), layer->device(), path.c_str());
   std::fflush(stdout);
   std::vector<TuneResult> finished;
   std::vector<std::string> warnings;  // the cache file's, once each
@@ -213,6 +217,7 @@ bool is_cache_file_name(const std::filesystem::path& p) {
 struct CacheArgs {
   std::string action;
   std::string file;
+  CudaDeviceArg cuda;  // path: whose file
 };
 
 void run_cache(const CacheArgs& a) {
@@ -220,6 +225,7 @@ void run_cache(const CacheArgs& a) {
   const std::string dir = TuningCache::directory();
   std::vector<std::string> files;
   FP4MOE_CHECK(a.file.empty() || a.action != "path", "cache path: --file goes with list, show or clear");
+  FP4MOE_CHECK(!a.cuda.given || a.action == "path", "cache ", a.action, ": --cuda-device goes with path");
   if (a.file.empty() && a.action != "path") require_cache_directory();
   if (!a.file.empty()) {
     // A path given is a cache file, never anything else: `clear` removes it, so it must be named
@@ -244,11 +250,14 @@ void run_cache(const CacheArgs& a) {
   std::sort(files.begin(), files.end());
   if (a.action == "path") {
     const CudaEnvironment env = query_cuda_environment();
+    const GpuSpec* gpu =
+        a.cuda.given || !env.devices.empty() ? &require_cuda_device(env, a.cuda, "cache path") : nullptr;
     std::printf("cache directory: %s\n", dir.c_str());
     // The architecture the layer plans for: a build that runs here only as an earlier major
     // version's PTX files its winners under that one (gpu_for_build, as the layer does).
-    if (!env.devices.empty())
-      std::printf("this GPU's file: %s\n", TuningCache::file_for(gpu_for_build(env.devices[0]).sm).c_str());
+    if (gpu)
+      std::printf("CUDA device %d's file (%s): %s\n", gpu->device_index, gpu->name.c_str(),
+                  TuningCache::file_for(gpu_for_build(*gpu).sm).c_str());
     return;
   }
   if (a.action == "list") {
@@ -313,6 +322,7 @@ void register_tune(CLI::App& app) {
                "tactic over a faster one (the pairs)");
   cmd->add_option("--seed", a->seed, "Seed of the synthetic weights and batches")->transform(WholeNumber<uint64_t>());
   cmd->add_option("--json", a->json, "Also write every timed and rejected tactic as JSON")->check(NonEmptyPath);
+  a->cuda.add_to(cmd);
   cmd->callback([a] { run_tune(*a); });
 
   auto c = std::make_shared<CacheArgs>();
@@ -320,6 +330,7 @@ void register_tune(CLI::App& app) {
   cc->add_option("action", c->action, "path | list | show | clear")->required()->check(CLI::IsMember({"path", "list", "show", "clear"}));
   cc->add_option("--file", c->file, "list, show, clear: a cache file instead of every file in the cache directory")
       ->check(NonEmptyPath);
+  c->cuda.add_to(cc);
   cc->callback([c] { run_cache(*c); });
 }
 
