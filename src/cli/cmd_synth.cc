@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
 #include <system_error>
 
 #include "cli/commands.h"
@@ -16,6 +18,27 @@
 
 namespace fp4moe::cli {
 namespace {
+
+// Whether `dir` holds a checkpoint this command wrote: its hf_quant_config.json names the
+// producer "fp4moe synthetic". Only such a directory (or an empty one) is written into: another
+// checkpoint's config and shards would be replaced without a word.
+bool is_synth_output(const std::filesystem::path& dir) {
+  try {
+    const std::optional<std::string> text = read_text_file((dir / "hf_quant_config.json").string());
+    if (!text) return false;
+    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    return j.is_object() && j.contains("producer") && j["producer"].is_object() &&
+           j["producer"].value("version", "") == "fp4moe synthetic";
+  } catch (const std::exception&) {  // not a regular file, too large, unreadable: not ours
+    return false;
+  }
+}
+
+// Shard names as the writer gives them ("model-00001-of-00002.safetensors").
+bool is_shard_name(const std::string& name) {
+  static const std::regex shard(R"(model-[0-9]{5}-of-[0-9]{5}\.safetensors)");
+  return std::regex_match(name, shard);
+}
 
 struct SynthArgs {
   ShapeArgs shape;
@@ -39,13 +62,35 @@ void run_synth(const SynthArgs& a) {
   const PathKind kind = path_kind(a.out);
   FP4MOE_CHECK(kind == PathKind::kMissing || kind == PathKind::kDirectory, "out_dir: ", a.out, " is not a directory");
   namespace fs = std::filesystem;
+  // An existing directory: empty, or an earlier synth's output (whose shards all go: a run of
+  // fewer layers must not leave the earlier run's beside its own).
+  std::vector<fs::path> stale_shards;
+  if (kind == PathKind::kDirectory) {
+    std::error_code ec;
+    const bool empty = fs::is_empty(a.out, ec);
+    FP4MOE_CHECK(!ec, "out_dir: ", a.out, ": cannot list it (", ec.message(), ")");
+    FP4MOE_CHECK(empty || is_synth_output(a.out), "out_dir: ", a.out,
+                 " is not empty and holds no checkpoint of fp4moe synth (its hf_quant_config.json would name the "
+                 "producer 'fp4moe synthetic'): give a new or empty directory");
+    for (fs::directory_iterator it(a.out, ec), end; !ec && it != end; it.increment(ec))
+      if (is_shard_name(it->path().filename().string())) stale_shards.push_back(it->path());
+    FP4MOE_CHECK(!ec, "out_dir: ", a.out, ": cannot list it (", ec.message(), ")");
+  }
   const fs::path existing = nearest_existing_path(a.out);
+  FP4MOE_CHECK(path_kind(existing.string()) == PathKind::kDirectory, "out_dir: ", a.out, ": ", existing.string(),
+               " is not a directory");
   struct statvfs disk{};
   const double need = a.layers * (per_layer + cfg.num_experts * (cfg.hidden * 2.0 + 4));  // + the router
   if (::statvfs(existing.c_str(), &disk) == 0) {
     const double free_bytes = static_cast<double>(disk.f_bavail) * static_cast<double>(disk.f_frsize);
-    FP4MOE_CHECK(need <= free_bytes, "synth: the checkpoint needs ~", std::lround(need / 1e9), " GB on disk; ",
-                 std::lround(free_bytes / 1e9), " GB are free at ", existing.string());
+    // (in MB below a GB: "~0 GB" said nothing)
+    auto size = [](double b) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, b < 1e9 ? "%.1f MB" : "%.1f GB", b < 1e9 ? b / 1e6 : b / 1e9);
+      return std::string(buf);
+    };
+    FP4MOE_CHECK(need <= free_bytes, "synth: the checkpoint needs ~", size(need), " on disk; ", size(free_bytes),
+                 " are free at ", existing.string());
   }
   // A run that fails part way (the disk, the memory) takes away what it wrote, rather than leave a
   // config beside cut-off shards that reads as a broken checkpoint: the whole directory where it
@@ -53,12 +98,13 @@ void run_synth(const SynthArgs& a) {
   const bool made_dir = kind == PathKind::kMissing;
   const auto t0 = std::chrono::steady_clock::now();
   try {
+    for (const fs::path& f : stale_shards) fs::remove(f);  // (throws naming the file where it cannot)
     write_synthetic_checkpoint(a.out, cfg, o);
   } catch (...) {
     std::error_code ec;
     if (made_dir) {
       fs::remove_all(a.out, ec);
-    } else {
+    } else {  // empty before, or an earlier synth's (whose shards are gone by now)
       for (const std::string& f : synthetic_checkpoint_files(a.layers)) fs::remove(fs::path(a.out) / f, ec);
     }
     throw;
@@ -76,7 +122,9 @@ void register_synth(CLI::App& app) {
   auto a = std::make_shared<SynthArgs>();
   auto* cmd = app.add_subcommand("synth", "Write a ModelOpt NVFP4 checkpoint (GLM-5 layout) from seeded random weights");
   a->shape.add_to(cmd);
-  cmd->add_option("out_dir", a->out, "Directory to write (created)")->required();
+  cmd->add_option("out_dir", a->out, "Directory to write: new, empty, or an earlier synth's output (replaced)")
+      ->required()
+      ->check(NonEmptyPath);
   cmd->add_option("--layers", a->layers, "MoE layers")->transform(IntegerIn(1, 1000));
   cmd->add_option("--seed", a->seed, "Seed (layer L uses seed + L)")->transform(WholeNumber<uint64_t>());
   cmd->add_option("--init", a->init, "auto, quantized (Gaussians through the ModelOpt recipe) or random (codes)")
