@@ -98,7 +98,12 @@ void fill_stage_items(ResourceReport& r, const Operands& o, int64_t m, int64_t n
   r.builder_stage_bytes = r.stage_bytes + 128;
 }
 
-void verdict(ResourceReport& r, const GpuSpec& gpu, int64_t builder_estimate, const Operands& o) {
+// `runs_here`: whether the GPU's architecture runs the profile's kernel at all. Where it does
+// not, the bytes under this GPU's limit are still worked out (what the same tile would need with
+// this capacity: how a Hopper's 227 KB takes the tiles that overflow sm_120's 99 KB), and the
+// report says it is not supported, with the reason first.
+void verdict(ResourceReport& r, const GpuSpec& gpu, int64_t builder_estimate, const Operands& o, bool runs_here,
+             const std::string& needs) {
   std::ostringstream why;
   if (r.stages < 2) {
     r.fits = false;
@@ -115,6 +120,10 @@ void verdict(ResourceReport& r, const GpuSpec& gpu, int64_t builder_estimate, co
   }
   if (!o.cross_checked) why << " [" << to_string(r.dtype) << ": derived, not cross-checked]";
   r.reason = why.str();
+  if (!runs_here) {
+    r.supported = false;
+    r.reason = needs + ", " + gpu.arch_name() + " cannot run it; with this GPU's capacity: " + r.reason;
+  }
   const int64_t per_cta = r.total_bytes + gpu.smem_reserved_per_block;
   r.ctas_per_sm = r.fits ? static_cast<int>(std::min<int64_t>(gpu.smem_per_sm / per_cta,
                                                               gpu.max_threads_per_sm / std::max(1, r.threads)))
@@ -169,7 +178,8 @@ ResourceReport model_cutlass_sm120(const Tactic& t, const GpuSpec& gpu, DataType
       {"SharedStorage rounded to its 1024-B alignment", r.total_bytes - with_responses - 896},
   };
   const int64_t builder_estimate = (gpu.smem_per_block_optin - capacity) + carveout + s * r.builder_stage_bytes;
-  verdict(r, gpu, builder_estimate, o);
+  verdict(r, gpu, builder_estimate, o, gpu.has_block_scaled_mma_sync(),
+          "cutlass_sm120 is sm_120/sm_121 code (block-scaled mma.sync)");
   return r;
 }
 
@@ -214,7 +224,7 @@ ResourceReport model_cutlass_sm100(const Tactic& t, const GpuSpec& gpu, DataType
       {"kernel prefix (pipelines, CLC responses, tensor maps) + alignment", r.kernel_bytes},
   };
   const int64_t builder_estimate = kernel_carveout + carveout + s * r.builder_stage_bytes;
-  verdict(r, gpu, builder_estimate, o);
+  verdict(r, gpu, builder_estimate, o, gpu.has_tcgen05(), "cutlass_sm100 is sm_100/sm_103 code (tcgen05)");
   return r;
 }
 

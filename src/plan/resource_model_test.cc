@@ -78,15 +78,25 @@ TEST(ResourceModel, MotivatingDeploymentExplained) {
   // The builder planned 3 stages with 208 B to spare: 100944 - 17408 - 3 * 27776.
   EXPECT_EQ(wide.builder_stage_bytes, 27776);
   EXPECT_EQ(wide.stages, 3);
-  // The same four fit with H200 and B200 capacities.
+  // The same four fit with H200 and B200 capacities; the H200 cannot run sm_120 code, and its
+  // report says so first (the bytes are still worked out under its limit).
   for (const char* g : {"h200", "b200"}) {
     const GpuSpec gpu = *find_known_gpu(g);
     const Family f = gpu.sm == 100 ? Family::kCutlassSm100 : Family::kCutlassSm120;
     for (auto [m, n, k] : {std::tuple{128, 128, 128}, {128, 128, 256}, {128, 256, 128}, {256, 128, 128}}) {
       const ResourceReport r = model_resources(cutlass(f, m, n, k, Epilogue::kFinalize, false), gpu, DataType::kNvfp4);
       EXPECT_TRUE(r.fits) << g << " " << format_tactic(r.tactic) << ": " << r.reason;
+      EXPECT_EQ(r.supported, gpu.sm == 100) << g << " " << format_tactic(r.tactic);
+      if (gpu.sm == 90) EXPECT_EQ(r.reason.find("cutlass_sm120 is sm_120/sm_121 code"), 0u) << r.reason;
     }
   }
+  // Nor does a GB10 (sm_121: no tcgen05) run sm_100 code, nor a B200 sm_120's.
+  for (auto [g, f] : {std::pair{"gb10", Family::kCutlassSm100}, {"b200", Family::kCutlassSm120}})
+    EXPECT_FALSE(model_resources(cutlass(f, 128, 128, 128, Epilogue::kFinalize, false), *find_known_gpu(g),
+                                 DataType::kNvfp4).supported)
+        << g;
+  EXPECT_TRUE(model_resources(cutlass(Family::kCutlassSm120, 128, 128, 128, Epilogue::kNone, false),
+                              *find_known_gpu("gb10"), DataType::kNvfp4).supported);
   // With the NONE epilogue all four fit on the RTX PRO 6000 too.
   for (auto [m, n, k] : {std::tuple{128, 128, 128}, {128, 128, 256}, {128, 256, 128}, {256, 128, 128}})
     EXPECT_TRUE(model_resources(cutlass(Family::kCutlassSm120, m, n, k, Epilogue::kNone, false), pro, DataType::kNvfp4).fits);
