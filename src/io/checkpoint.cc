@@ -32,7 +32,9 @@ std::map<std::string, std::string> parse_safetensors_index(const std::string& te
 
 Checkpoint Checkpoint::open(const std::string& dir) {
   namespace fs = std::filesystem;
-  FP4MOE_CHECK(path_kind(dir) == PathKind::kDirectory, dir, ": not a directory");
+  const PathKind kind = path_kind(dir);
+  FP4MOE_CHECK(kind == PathKind::kDirectory, dir, kind == PathKind::kMissing ? ": does not exist" : ": not a directory",
+               " (a checkpoint is a directory)");
   Checkpoint c;
   c.dir_ = dir;
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";

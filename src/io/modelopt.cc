@@ -109,13 +109,18 @@ std::vector<float> to_floats(const StTensorView& v) {
 
 // Rows `rs` x columns `cs` (whole 16-column blocks) of an NVFP4 tensor, copied straight from the
 // mapped shard: a rank of a sharded layer touches only its own slice's bytes.
+// `check_only`: the tensors' names, dtypes, shapes and global scale checked, no weight copied.
 Nvfp4Matrix load_nvfp4(const Checkpoint& c, const std::string& prefix, int64_t rows, int64_t cols, IndexRange rs,
-                       IndexRange cs) {
+                       IndexRange cs, bool check_only) {
   Nvfp4Matrix m;
   m.rows = rs.size();
   m.cols = cs.size();
   const StTensorView& w = expect(c, prefix + ".weight", {StDtype::kU8}, {rows, cols / 2});
   const StTensorView& s = expect(c, prefix + ".weight_scale", {StDtype::kF8E4M3}, {rows, cols / 16});
+  if (check_only) {
+    m.global_scale = scalar_f32(c, prefix + ".weight_scale_2");
+    return m;
+  }
   m.data.reserve(m.rows * m.cols / 2);
   m.block_scales.reserve(m.rows * m.cols / 16);
   for (int64_t r = rs.begin; r < rs.end; ++r) {
@@ -132,11 +137,11 @@ Nvfp4Matrix load_nvfp4(const Checkpoint& c, const std::string& prefix, int64_t r
 // An expert, or its tensor-parallel slice: intermediate columns `ic` (gate/up rows, down
 // columns).
 ExpertWeights load_expert(const Checkpoint& c, const std::string& prefix, int64_t hidden, int64_t inter,
-                          IndexRange ic) {
+                          IndexRange ic, bool check_only) {
   ExpertWeights e;
-  e.gate = load_nvfp4(c, prefix + ".gate_proj", inter, hidden, ic, {0, hidden});
-  e.up = load_nvfp4(c, prefix + ".up_proj", inter, hidden, ic, {0, hidden});
-  e.down = load_nvfp4(c, prefix + ".down_proj", hidden, inter, {0, hidden}, ic);
+  e.gate = load_nvfp4(c, prefix + ".gate_proj", inter, hidden, ic, {0, hidden}, check_only);
+  e.up = load_nvfp4(c, prefix + ".up_proj", inter, hidden, ic, {0, hidden}, check_only);
+  e.down = load_nvfp4(c, prefix + ".down_proj", hidden, inter, {0, hidden}, ic, check_only);
   // input_scale: the calibrated activation scale (W4A4 numerics only); absent means unused.
   auto input_scale = [&](const std::string& p) {
     return c.contains(p + ".input_scale") ? scalar_f32(c, p + ".input_scale") : 1.0f;
@@ -255,11 +260,12 @@ ModelInfo read_model_info(const Checkpoint& ckpt) {
   return info;
 }
 
-MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int layer) {
-  return load_moe_layer(ckpt, info, layer, Shard{});
-}
+namespace {
 
-MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int layer, const Shard& shard) {
+// load_moe_layer, or with `check_only` the same walk over the layer's tensors without copying a
+// weight (check_moe_layer).
+MoeWeights read_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int layer, const Shard& shard,
+                          bool check_only) {
   FP4MOE_CHECK(layer >= 0 && layer < info.num_layers, ckpt.dir(), ": layer ", layer, " out of range [0, ",
                info.num_layers, ")");
   FP4MOE_CHECK(layer >= info.first_moe_layer, ckpt.dir(), ": layer ", layer,
@@ -273,25 +279,44 @@ MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int lay
   MoeWeights w;
   w.config = shard_config(cfg, shard);  // validates the split
   // The router's [E, H] first: it confirms config.json's expert count before E slots are made.
-  w.router_weight = to_floats(expect(ckpt, prefix + ".gate.weight", {StDtype::kBF16, StDtype::kF32, StDtype::kF16},
-                                     {cfg.num_experts, cfg.hidden}));
+  const StTensorView& router =
+      expect(ckpt, prefix + ".gate.weight", {StDtype::kBF16, StDtype::kF32, StDtype::kF16}, {cfg.num_experts, cfg.hidden});
+  if (!check_only) w.router_weight = to_floats(router);
   w.experts.resize(cfg.num_experts);
   const bool tp = shard.mode == ShardMode::kTensor;
   const IndexRange mine = tp ? IndexRange{0, cfg.num_experts} : ep_experts(cfg.num_experts, shard);
   const IndexRange cols = tp ? tp_columns(cfg.intermediate, shard) : IndexRange{0, cfg.intermediate};
   for (int64_t e = mine.begin; e < mine.end; ++e)
-    w.experts[e] = load_expert(ckpt, prefix + ".experts." + std::to_string(e), cfg.hidden, cfg.intermediate, cols);
+    w.experts[e] =
+        load_expert(ckpt, prefix + ".experts." + std::to_string(e), cfg.hidden, cfg.intermediate, cols, check_only);
   if (cfg.has_shared_expert())
     w.shared = load_expert(ckpt, prefix + ".shared_experts", cfg.hidden, cfg.shared_intermediate,
-                           tp ? tp_columns(cfg.shared_intermediate, shard) : IndexRange{0, cfg.shared_intermediate});
+                           tp ? tp_columns(cfg.shared_intermediate, shard) : IndexRange{0, cfg.shared_intermediate},
+                           check_only);
   const std::string bias = prefix + ".gate.e_score_correction_bias";
-  if (ckpt.contains(bias))
-    w.correction_bias = to_floats(expect(ckpt, bias, {StDtype::kF32, StDtype::kBF16}, {cfg.num_experts}));
-  else
+  if (ckpt.contains(bias)) {
+    const StTensorView& b = expect(ckpt, bias, {StDtype::kF32, StDtype::kBF16}, {cfg.num_experts});
+    if (!check_only) w.correction_bias = to_floats(b);
+  } else {
     FP4MOE_CHECK(cfg.routing.mode != RoutingMode::kSigmoidNoAuxTc, ckpt.dir(), ": missing tensor '", bias,
                  "' (noaux_tc routing needs it)");
-  w.validate();
+  }
+  if (!check_only) w.validate();
   return w;
+}
+
+}  // namespace
+
+MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int layer) {
+  return read_moe_layer(ckpt, info, layer, Shard{}, false);
+}
+
+MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int layer, const Shard& shard) {
+  return read_moe_layer(ckpt, info, layer, shard, false);
+}
+
+void check_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int layer) {
+  read_moe_layer(ckpt, info, layer, Shard{}, true);
 }
 
 MoeWeights synthetic_checkpoint_layer(const MoeConfig& cfg, const SynthCheckpointOptions& opt, int layer) {
