@@ -174,7 +174,7 @@ void EpMoeLayer::forward(const uint16_t* hidden, const float* logits, int64_t T,
   int64_t P = 0;
   try {
     FP4MOE_CHECK(T >= 0 && T <= (int64_t{1} << 24), "EP forward: token count ", T, " out of [0, 2^24]");
-    if (T > 0) check_layer_io("EP forward", hidden, logits, out, device_);
+    if (T > 0) check_layer_io("EP forward", hidden, logits, out, T, H, E, device_);
     P = T * k;
     topk_ids_.resize(P * 4);
     topk_w_.resize(P * 4);

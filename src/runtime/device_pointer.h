@@ -40,10 +40,22 @@ class RelaxedCaptureMode {
 // - hidden and out 16-byte aligned, logits 4-byte aligned (the kernels move hidden and output
 //   rows 16 bytes at a time: cp.async, uint4 stores; the routing reads fp32 logits);
 // - each device memory of `device` or managed memory (which any GPU of a Linux host may touch);
-//   host memory, registered or not, and other GPUs' memory are refused, naming the argument.
+//   host memory, registered or not, and other GPUs' memory are refused, naming the argument;
+// - out ([T, H] bf16, written while the inputs are read) either hidden itself (in place) or
+//   apart from hidden and from logits ([T, E] fp32): a part of either would be overwritten
+//   before it is read, and the output silently wrong.
 inline void check_layer_io(const char* call, const uint16_t* hidden, const float* logits, const uint16_t* out,
-                           int device) {
+                           int64_t tokens, int64_t hidden_size, int experts, int device) {
   FP4MOE_CHECK(hidden && logits && out, call, ": null device pointer");
+  const auto overlap = [](const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
+    const uintptr_t pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+    return pa < pb + b_bytes && pb < pa + a_bytes;
+  };
+  const uint64_t rows_bytes = static_cast<uint64_t>(tokens) * static_cast<uint64_t>(hidden_size) * 2;
+  const uint64_t logits_bytes = static_cast<uint64_t>(tokens) * static_cast<uint64_t>(experts) * 4;
+  FP4MOE_CHECK(out == hidden || !overlap(out, rows_bytes, hidden, rows_bytes), call,
+               ": out overlaps hidden without being it (in place is out == hidden)");
+  FP4MOE_CHECK(!overlap(out, rows_bytes, logits, logits_bytes), call, ": out overlaps logits");
   FP4MOE_CHECK(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(logits) % 4 == 0,
                call, ": hidden and out must be 16-byte aligned and logits 4-byte aligned");

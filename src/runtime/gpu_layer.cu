@@ -620,7 +620,7 @@ void GpuMoeLayerImpl::enqueue(const uint16_t* hidden, const float* logits, int64
   };
   FP4MOE_CHECK(tokens >= 1 && tokens <= (int64_t{1} << 24), "forward: token count ", tokens,
                " out of [1, 2^24]");
-  check_layer_io("forward", hidden, logits, out, device_);
+  check_layer_io("forward", hidden, logits, out, tokens, cfg_.hidden, cfg_.num_experts, device_);
   const LayerPlan plan = plan_in ? *plan_in : plan_for(tokens);
   const W4a16Kernel& k1 = kernel_for(plan.fc1, Epilogue::kSwiglu);
   const W4a16Kernel& k2 = kernel_for(plan.fc2, Epilogue::kFinalize);

@@ -689,33 +689,37 @@ TEST(GpuLayer, ClockAccountingCountsEveryLaunch) {
 TEST(GpuLayer, RejectsBadInput) {
   FP4MOE_REQUIRE_GPU();
   LayerCase c = make_case(odd_config(), 71);
-  DeviceBuffer buf(1 << 20);
-  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 0, buf.get<uint16_t>(), nullptr),
+  // Rows (hidden, and out in place) and logits apart: a check that refuses overlapping arrays
+  // must not be what refuses the calls below.
+  DeviceBuffer buf(1 << 20), lg(1 << 20);
+  FP4MOE_CUDA_CHECK(cudaMemset(buf.get(), 0, buf.bytes()));
+  FP4MOE_CUDA_CHECK(cudaMemset(lg.get(), 0, lg.bytes()));
+  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), lg.get<float>(), 0, buf.get<uint16_t>(), nullptr),
                Error);
   LayerPlan bad = c.layer->plan_for(4);
   std::swap(bad.fc1, bad.fc2);  // wrong epilogues
-  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 4, buf.get<uint16_t>(), nullptr, &bad),
+  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), lg.get<float>(), 4, buf.get<uint16_t>(), nullptr, &bad),
                Error);
   LayerPlan split = c.layer->plan_for(4);
   split.fc1.split_k = 3;  // the family schedules stream-K
-  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 4, buf.get<uint16_t>(), nullptr, &split),
+  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), lg.get<float>(), 4, buf.get<uint16_t>(), nullptr, &split),
                Error);
   LayerPlan missing = c.layer->plan_for(4);
   missing.fc1.tile_tokens = 24;  // not compiled
-  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 4, buf.get<uint16_t>(), nullptr, &missing),
+  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), lg.get<float>(), 4, buf.get<uint16_t>(), nullptr, &missing),
                Error);
   // The small-batch family: both GEMMs or neither, and batches up to its tile.
   LayerPlan mixed = c.layer->plan_for(1);
   ASSERT_EQ(mixed.fc1.family, Family::kW4a16Gemv);
   mixed.fc2 = c.layer->plan_for(64).fc2;
-  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 1, buf.get<uint16_t>(), nullptr, &mixed),
+  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), lg.get<float>(), 1, buf.get<uint16_t>(), nullptr, &mixed),
                Error);
   const LayerPlan small = c.layer->plan_for(1);
   const int64_t limit = small.fc1.tile_tokens;
   const std::string over_limit =
       "takes batches of 1.." + std::to_string(limit) + " tokens, got " + std::to_string(limit + 1);
   EXPECT_TRUE(test::throws_error_naming(
-      [&] { c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), limit + 1, buf.get<uint16_t>(), nullptr, &small); },
+      [&] { c.layer->forward(buf.get<uint16_t>(), lg.get<float>(), limit + 1, buf.get<uint16_t>(), nullptr, &small); },
       over_limit));
   // The same under capture after reserve(limit): refused for the batch limit before the
   // workspace is looked at (it was refused as "must grow ... call reserve()", which no reserve()
@@ -725,7 +729,7 @@ TEST(GpuLayer, RejectsBadInput) {
     const OwnedStream s;
     FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     const ::testing::AssertionResult refused = test::throws_error_naming(
-        [&] { c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), limit + 1, buf.get<uint16_t>(), s, &small); },
+        [&] { c.layer->forward(buf.get<uint16_t>(), lg.get<float>(), limit + 1, buf.get<uint16_t>(), s, &small); },
         over_limit);
     cudaGraph_t g = nullptr;
     ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess) << "the refusal broke the capture";
@@ -740,38 +744,61 @@ TEST(GpuLayer, RejectsBadInput) {
     ASSERT_GE(fused.size(), 2u);
     LayerPlan two{fused[0], fused[1]};
     two.fc2.epilogue = Epilogue::kFinalize;
-    EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 2, buf.get<uint16_t>(), nullptr, &two),
+    EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), lg.get<float>(), 2, buf.get<uint16_t>(), nullptr, &two),
                  Error);
     LayerPlan one{fused[0], fused[0]};
     one.fc2.epilogue = Epilogue::kFinalize;
-    EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 9, buf.get<uint16_t>(), nullptr, &one),
+    EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), lg.get<float>(), 9, buf.get<uint16_t>(), nullptr, &one),
                  Error);
     LayerPlan half{fused[0], c.layer->plan_for(64).fc2};
-    EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 2, buf.get<uint16_t>(), nullptr, &half),
+    EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), lg.get<float>(), 2, buf.get<uint16_t>(), nullptr, &half),
                  Error);
   }
   MoeWeights unmat = c.weights;
   unmat.experts[3] = ExpertWeights{};
   EXPECT_THROW(GpuMoeLayer::create(unmat), Error);
   // Pointers the kernels cannot move 16 bytes at a time from.
-  EXPECT_THROW(c.layer->forward(reinterpret_cast<uint16_t*>(buf.get<char>() + 2), buf.get<float>(), 4,
+  EXPECT_THROW(c.layer->forward(reinterpret_cast<uint16_t*>(buf.get<char>() + 2), lg.get<float>(), 4,
                                 buf.get<uint16_t>(), nullptr),
                Error);
-  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 4,
+  EXPECT_THROW(c.layer->forward(buf.get<uint16_t>(), lg.get<float>(), 4,
                                 reinterpret_cast<uint16_t*>(buf.get<char>() + 8), nullptr),
                Error);
+  // out written over a part of the inputs: in place is out == hidden, nothing in between.
+  const MoeConfig& cfg = c.weights.config;
+  const int64_t rows_bytes = 4 * cfg.hidden * 2;
+  ASSERT_LE(2 * rows_bytes + 16, static_cast<int64_t>(buf.bytes()));
+  EXPECT_TRUE(test::throws_error_naming(
+      [&] { c.layer->forward(buf.get<uint16_t>(), lg.get<float>(), 4, buf.get<uint16_t>() + 8, nullptr); },
+      "forward: out overlaps hidden without being it"));
+  EXPECT_TRUE(test::throws_error_naming(
+      [&] {
+        c.layer->forward(reinterpret_cast<uint16_t*>(buf.get<char>() + rows_bytes - 16), lg.get<float>(), 4,
+                         buf.get<uint16_t>(), nullptr);
+      },
+      "forward: out overlaps hidden without being it"));
+  EXPECT_TRUE(test::throws_error_naming(
+      [&] {
+        c.layer->forward(buf.get<uint16_t>(), reinterpret_cast<float*>(lg.get<char>() + 4 * cfg.num_experts * 4 - 4),
+                         4, lg.get<uint16_t>(), nullptr);
+      },
+      "forward: out overlaps logits"));
+  // Adjacent is apart: out right after hidden's last row runs.
+  c.layer->forward(buf.get<uint16_t>(), lg.get<float>(), 4,
+                   reinterpret_cast<uint16_t*>(buf.get<char>() + rows_bytes), nullptr);
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
   // Memory the kernels would fault on (a fault loses the process's CUDA context): named by
   // argument, under capture too (the query must not break a capture in global mode).
   std::vector<uint4> host_rows(1 << 16);
   uint16_t* const host = reinterpret_cast<uint16_t*>(host_rows.data());
   EXPECT_TRUE(test::throws_error_naming(
-      [&] { c.layer->forward(host, buf.get<float>(), 4, buf.get<uint16_t>(), nullptr); },
+      [&] { c.layer->forward(host, lg.get<float>(), 4, buf.get<uint16_t>(), nullptr); },
       "forward: hidden is not CUDA memory"));
   {
     const OwnedStream s;
     FP4MOE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     const ::testing::AssertionResult refused = test::throws_error_naming(
-        [&] { c.layer->forward(buf.get<uint16_t>(), buf.get<float>(), 4, host, s); }, "forward: out is not CUDA memory");
+        [&] { c.layer->forward(buf.get<uint16_t>(), lg.get<float>(), 4, host, s); }, "forward: out is not CUDA memory");
     cudaGraph_t g = nullptr;
     ASSERT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess) << "the pointer query broke the capture";
     if (g) FP4MOE_CUDA_CHECK(cudaGraphDestroy(g));
@@ -788,7 +815,7 @@ TEST(GpuLayer, RejectsBadInput) {
     DeviceBuffer other(1 << 20);
     FP4MOE_CUDA_CHECK(cudaSetDevice(0));
     EXPECT_TRUE(test::throws_error_naming(
-        [&] { c.layer->forward(other.get<uint16_t>(), buf.get<float>(), 4, buf.get<uint16_t>(), nullptr); },
+        [&] { c.layer->forward(other.get<uint16_t>(), lg.get<float>(), 4, buf.get<uint16_t>(), nullptr); },
         "forward: hidden is memory of GPU 1, not of the layer's GPU 0"));
   }
   // More slots than the routing's warp has lanes: refused at creation, whichever family would run
