@@ -2,6 +2,7 @@
 #include "fp4moe/tuning_cache.h"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -224,9 +225,18 @@ int64_t nearest_bucket(int64_t tokens) {
 
 std::string TuningCache::directory() {
   if (const char* d = std::getenv("FP4MOE_CACHE_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/fp4moe";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : ".") + "/.cache/fp4moe";
+  // XDG: a relative XDG_CACHE_HOME is invalid and ignored.
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return std::string(x) + "/fp4moe";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/fp4moe";
+  // No HOME (a service's environment): the account's home directory, never the directory the
+  // process happened to start in; without one, a directory of the user's own under /tmp.
+  std::vector<char> buf(16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  if (getpwuid_r(getuid(), &pw, buf.data(), buf.size(), &found) == 0 && found && found->pw_dir &&
+      found->pw_dir[0] == '/')
+    return std::string(found->pw_dir) + "/.cache/fp4moe";
+  return "/tmp/fp4moe-cache-" + std::to_string(getuid());
 }
 
 std::string TuningCache::file_for(int sm, const std::string& build) {

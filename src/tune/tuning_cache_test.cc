@@ -310,6 +310,17 @@ TEST(TuningCache, BucketsAndDirectory) {
   unsetenv("FP4MOE_CACHE_DIR");
   setenv("XDG_CACHE_HOME", "/x", 1);
   EXPECT_EQ(TuningCache::directory(), "/x/fp4moe");
+  // A relative XDG_CACHE_HOME is ignored; without HOME the directory is still absolute (the
+  // account's home, or /tmp), never one relative to where the process started.
+  const char* home = std::getenv("HOME");
+  const std::string saved_home = home ? home : "";
+  setenv("XDG_CACHE_HOME", "rel", 1);
+  setenv("HOME", "/h", 1);
+  EXPECT_EQ(TuningCache::directory(), "/h/.cache/fp4moe");
+  unsetenv("HOME");
+  EXPECT_EQ(TuningCache::directory().front(), '/') << TuningCache::directory();
+  EXPECT_NE(TuningCache::directory(), "/h/.cache/fp4moe");
+  if (home) setenv("HOME", saved_home.c_str(), 1);
   unsetenv("XDG_CACHE_HOME");
 }
 
