@@ -126,6 +126,25 @@ expect_one_line_error(run("run", "--preset", "glm5-tp8", "--device", "cpu", "--i
 for option in [("run", "--output"), ("run", "--input"), ("bench", "--json"), ("tune", "--json")]:
     expect_one_line_error(run(*option, "", expect_rc=USAGE), f"{option[1]}: an empty path")
 expect_one_line_error(run("cache", "path", "--file", "x.json", expect_rc=FAILURE), "--file goes with list, show or clear")
+# Positional paths are never empty; a misspelt checkpoint is said not to exist; a number with a
+# sign or in another base is named as not an integer; tactics refuses batch options a family
+# does not read, and the CUTLASS profiles say where a GPU cannot run them.
+expect_errors([
+        (("inspect", ""), USAGE, "path: an empty path"),
+        (("synth", ""), USAGE, "out_dir: an empty path"),
+        (("quantize", "", "x"), USAGE, "input: an empty path"),
+        (("run", "--checkpoint", "/nonexistent-ckpt", "--layer", "0"), FAILURE, "/nonexistent-ckpt: does not exist"),
+        (("run", "--hidden", "+256"), USAGE, "'+256' is not an integer (decimal digits"),
+        (("tactics", "--gpu", "h200", "--family", "w4a16_mma", "--k", "4096"), FAILURE,
+         "--k sizes the batch w4a16_gemv and w4a16_fused stage; --family w4a16_mma does not read it"),
+        (("tactics", "--gpu", "h200", "--json", "--explain"), USAGE, "excludes"),
+])
+p = run("tactics", "--gpu", "h200", "--family", "cutlass_sm120")
+check("fits" not in p.stdout.split("reason", 1)[1].replace("this GPU's capacity", "")
+      and p.stdout.count("cutlass_sm120 is sm_120/sm_121 code") == 16,
+      f"tactics --gpu h200 --family cutlass_sm120: {p.stdout[:600]}")
+p = run("tactics", "--gpu", "rtx-pro-6000", "--family", "cutlass_sm120")
+check(" fits " in p.stdout and "cannot run it" not in p.stdout, f"tactics on sm_120: {p.stdout[:600]}")
 # --cuda-device: a GPU asked for by number must exist (no machine has 1024), and goes only where a
 # single GPU runs.
 expect_errors([
@@ -171,8 +190,8 @@ with tempfile.TemporaryDirectory() as d:
     check(np.array_equal(scales, want_scales), "mxfp4 scales differ from the oracle's")
     check(np.array_equal(codes, want_codes), "mxfp4 codes differ from the oracle's")
     # An output prefix names files: an empty one or a directory would write hidden .weight.npy files.
-    for prefix in ["", d + "/"]:
-        expect_one_line_error(run("quantize", os.path.join(d, "w.npy"), prefix, expect_rc=FAILURE), "not a directory")
+    expect_one_line_error(run("quantize", os.path.join(d, "w.npy"), "", expect_rc=USAGE), "output: an empty path")
+    expect_one_line_error(run("quantize", os.path.join(d, "w.npy"), d + "/", expect_rc=FAILURE), "not a directory")
     check(not os.path.exists(os.path.join(d, ".weight.npy")), "quantize wrote a hidden .weight.npy")
     # cache --file: an existing file; clear removes only a tuning cache's (tuning-*.json).
     notes = os.path.join(d, "notes.txt")
@@ -268,6 +287,39 @@ with tempfile.TemporaryDirectory() as d:
                               "--top-k", "2", "--layers", "1000", expect_rc=FAILURE), "GB on disk")
     check(not os.path.exists(big), "synth refused for the disk still made its directory")
     expect_one_line_error(run("synth", x, *small, expect_rc=FAILURE), "is not a directory")
+    expect_one_line_error(run("synth", os.path.join(x, "sub"), *small, expect_rc=FAILURE), "is not a directory")
+    # ...nor into another checkpoint's directory (its files stay as they were); an earlier synth's
+    # output is replaced whole, the shards of its extra layers included.
+    foreign = os.path.join(d, "foreign")
+    os.makedirs(foreign)
+    with open(os.path.join(foreign, "config.json"), "w") as f:
+        f.write('{"mine": 1}')
+    expect_one_line_error(run("synth", foreign, *small, expect_rc=FAILURE),
+                          "holds no checkpoint of fp4moe synth")
+    with open(os.path.join(foreign, "config.json")) as f:
+        check(f.read() == '{"mine": 1}', "synth refused a foreign directory but changed its config.json")
+    again = os.path.join(d, "again")
+    run("synth", again, *small, "--layers", "2")
+    run("synth", again, *small)
+    shards = sorted(n for n in os.listdir(again) if n.endswith(".safetensors"))
+    check(shards == ["model-00001-of-00001.safetensors"], f"synth over an earlier synth left {shards}")
+    p = run("inspect", again)
+    check("MoE layers 0-0: every tensor the loader reads is there" in p.stdout, f"inspect: {p.stdout[-300:]}")
+    # inspect passes only a checkpoint every MoE layer of which loads: a tensor the loader needs,
+    # taken out of the index, is named (exit 1), as `run` would name it.
+    index = os.path.join(again, "model.safetensors.index.json")
+    with open(index) as f:
+        idx = json.load(f)
+    del idx["weight_map"]["model.layers.0.mlp.experts.5.up_proj.weight_scale_2"]
+    with open(index, "w") as f:
+        json.dump(idx, f)
+    expect_one_line_error(run("inspect", again, expect_rc=FAILURE),
+                          "has no tensor 'model.layers.0.mlp.experts.5.up_proj.weight_scale_2'")
+    expect_one_line_error(run("run", "--checkpoint", again, "--layer", "0", "--device", "cpu", expect_rc=FAILURE),
+                          "has no tensor 'model.layers.0.mlp.experts.5.up_proj.weight_scale_2'")
+    # A missing --input is named before the checkpoint is read.
+    expect_one_line_error(run("run", "--checkpoint", again, "--layer", "0", "--input", os.path.join(d, "nope.npy"),
+                              expect_rc=FAILURE), "nope.npy")
     # bench: each GEMM's tactic with its own epilogue, checked without a GPU too.
     expect_one_line_error(run("bench", "--tokens", "1", "--fc2", "w4a16_mma:m128n8k256:s4:w8:sk1:swiglu",
                               expect_rc=FAILURE), "FC2's epilogue is finalize")

@@ -52,10 +52,10 @@ void probe_devices(SharedPage* page) {
   const pid_t pid = fork();
   FP4MOE_CHECK(pid >= 0, "multi-GPU bench: fork failed");
   if (pid == 0) {
-    int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    page->devices = e == cudaSuccess ? n : 0;
-    if (e != cudaSuccess) std::snprintf(page->probe_error, sizeof(page->probe_error), "%s", cudaGetErrorString(e));
+    // The same query, and so the same words, as every single-GPU command's ("no CUDA driver").
+    const CudaEnvironment env = query_cuda_environment();
+    page->devices = static_cast<int>(env.devices.size());
+    if (!env.error.empty()) std::snprintf(page->probe_error, sizeof(page->probe_error), "%s", env.error.c_str());
     _exit(0);
   }
   int st = 0;
@@ -328,7 +328,7 @@ int run_dist_bench(const DistBenchOptions& o) {
   std::fflush(nullptr);
   probe_devices(page);
   if (page->devices < o.world) {
-    const std::string why = page->probe_error[0] ? std::string(" (CUDA: ") + page->probe_error + ")" : "";
+    const std::string why = page->probe_error[0] ? std::string(" (") + page->probe_error + ")" : "";
     FP4MOE_FAIL(flag, " ", o.world, " needs ", o.world, " GPUs, this machine has ", page->devices, why);
   }
   std::vector<pid_t> pids;  // pids[r]: rank r's process, 0 once reaped (a reaped pid may be reused)

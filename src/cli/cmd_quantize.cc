@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "common/host_memory.h"
 #include "fp4moe/error.h"
 #include "fp4moe/format.h"
@@ -102,10 +103,13 @@ void run_quantize(const QuantizeArgs& a) {
 void register_quantize(CLI::App& app) {
   auto args = std::make_shared<QuantizeArgs>();
   auto* cmd = app.add_subcommand("quantize", "Quantize a matrix (.npy) to NVFP4 or MXFP4");
-  cmd->add_option("input", args->input, "Input matrix [N, K] (.npy: f4, f8, f2, or bf16 as <V2)")->required();
+  cmd->add_option("input", args->input, "Input matrix [N, K] (.npy: f4, f8, f2, or bf16 as <V2)")
+      ->required()
+      ->check(NonEmptyPath);
   cmd->add_option("output", args->output,
                   "Output: FILE.safetensors, or a prefix for PREFIX.<tensor>.npy files")
-      ->required();
+      ->required()
+      ->check(NonEmptyPath);
   cmd->add_option("--format", args->format, "nvfp4 (ModelOpt recipe) or mxfp4 (OCP MX)")
       ->check(CLI::IsMember({"nvfp4", "mxfp4"}));
   cmd->callback([args] { run_quantize(*args); });

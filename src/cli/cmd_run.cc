@@ -296,6 +296,8 @@ void register_run(CLI::App& app) {
     args->iters_given = cmd->count("--iters") > 0;
     require_writable_path(args->output, "--output");
     require_not_same_file(args->input, args->output, "--output");  // (passes where either is not given)
+    // (a missing input is named before a checkpoint's gigabytes are read)
+    if (!args->input.empty()) require_regular_file(args->input);
     FP4MOE_CHECK(args->checkpoint.empty() == (args->layer < 0),
                  args->checkpoint.empty() ? "--layer needs --checkpoint" : "--checkpoint needs --layer N");
     run_layer(*args);

@@ -72,8 +72,14 @@ inline CLI::Validator WholeNumber() {
           text = std::to_string(*v);  // CLI11 converts in base 0: "010" would be read as octal 8
           return {};
         }
-        return "'" + text + "' is not an integer in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
-               std::to_string(std::numeric_limits<T>::max()) + "]";
+        // Digits (after an optional '-') that do not fit: the range; anything else ("+256",
+        // "0x10", "1e3"): what an integer is here.
+        const size_t first = !text.empty() && text[0] == '-' ? 1 : 0;
+        if (text.size() > first && text.find_first_not_of("0123456789", first) == std::string::npos)
+          return "'" + text + "' is not an integer in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
+                 std::to_string(std::numeric_limits<T>::max()) + "]";
+        return "'" + text + "' is not an integer (decimal digits" +
+               (std::numeric_limits<T>::is_signed ? ", '-' before a negative one" : "") + ")";
       },
       "INTEGER");
 }

@@ -133,7 +133,8 @@ void SafetensorsFile::parse(const std::string& label) {
                " bytes, the header length alone needs 8)");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(image_[i]) << (8 * i);
-  FP4MOE_CHECK(n <= kMaxHeaderBytes, label, ": header length ", n, " exceeds the 100 MB limit");
+  FP4MOE_CHECK(n <= kMaxHeaderBytes, label, ": header length ", n,
+               " exceeds the 100 MB limit (not a safetensors file? it begins with an 8-byte header length)");
   FP4MOE_CHECK(n <= image_.size() - 8, label, ": header length ", n, " runs past the end of the ",
                image_.size(), "-byte file (truncated?)");
   FP4MOE_CHECK(n >= 2 && image_[8] == '{', label, ": header does not start with '{'");
