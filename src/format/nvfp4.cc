@@ -152,9 +152,11 @@ void Nvfp4Matrix::validate(const char* what) const {
   check_holds_shape(*this, what);
   FP4MOE_CHECK(std::isfinite(global_scale) && global_scale > 0.0f, what,
                ": weight_scale_2 must be finite and > 0, got ", global_scale);
+  const int64_t per_row = cols / 16;
   for (size_t i = 0; i < block_scales.size(); ++i) {
-    FP4MOE_CHECK((block_scales[i] & 0x7F) != 0x7F, what, ": block scale ", i, " is NaN (0x",
-                 std::hex, static_cast<int>(block_scales[i]), ")");
+    FP4MOE_CHECK((block_scales[i] & 0x7F) != 0x7F, what, ": weight_scale [", static_cast<int64_t>(i) / per_row, ", ",
+                 static_cast<int64_t>(i) % per_row, "] (row, block of 16) is NaN (0x", std::hex,
+                 static_cast<int>(block_scales[i]), ")");
   }
 }
 

@@ -65,8 +65,9 @@ const StTensorView& expect(const Checkpoint& c, const std::string& name, std::in
   const StTensorView& v = c.tensor(name);
   bool ok = false;
   for (StDtype d : dtypes) ok |= v.dtype == d;
-  FP4MOE_CHECK(ok, c.dir(), ": tensor '", name, "' has dtype ", to_string(v.dtype), ", expected ",
-               to_string(*dtypes.begin()));
+  std::string accepted;
+  for (StDtype d : dtypes) accepted += (accepted.empty() ? "" : " or ") + std::string(to_string(d));
+  FP4MOE_CHECK(ok, c.dir(), ": tensor '", name, "' has dtype ", to_string(v.dtype), ", expected ", accepted);
   FP4MOE_CHECK(v.shape == shape, c.dir(), ": tensor '", name, "' has shape ", shape_text(v.shape),
                ", expected ", shape_text(shape));
   return v;
@@ -199,8 +200,13 @@ ModelInfo read_model_info(const Checkpoint& ckpt) {
   m.shared_intermediate = n_shared == 0 ? 0
                                         : checked_size(n_shared, m.intermediate,
                                                        (cfg_label + ": n_shared_experts x moe_intermediate_size").c_str());
-  const std::string scoring = field_or<std::string>(c, "scoring_func", "softmax", cfg_label);
+  // Without scoring_func, the model's own code decides: GLM-4.5/GLM-5 (glm4_moe, glm_moe_dsa)
+  // hard-code sigmoid with noaux_tc and carry no such field, DeepSeek-V3's config defaults to
+  // sigmoid, and a noaux_tc top-k is sigmoid's; softmax otherwise (Mixtral, Qwen-MoE).
   const std::string topk_method = field_or<std::string>(c, "topk_method", "", cfg_label);
+  const bool sigmoid_model = info.model_type == "glm_moe_dsa" || info.model_type == "glm4_moe" ||
+                             info.model_type == "deepseek_v3" || topk_method == "noaux_tc";
+  const std::string scoring = field_or<std::string>(c, "scoring_func", sigmoid_model ? "sigmoid" : "softmax", cfg_label);
   if (scoring == "sigmoid") {
     FP4MOE_CHECK(topk_method.empty() || topk_method == "noaux_tc", cfg_label, ": topk_method '", topk_method,
                  "' with sigmoid scoring is not supported (noaux_tc is)");
@@ -279,9 +285,15 @@ MoeWeights read_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int lay
   MoeWeights w;
   w.config = shard_config(cfg, shard);  // validates the split
   // The router's [E, H] first: it confirms config.json's expert count before E slots are made.
-  const StTensorView& router =
-      expect(ckpt, prefix + ".gate.weight", {StDtype::kBF16, StDtype::kF32, StDtype::kF16}, {cfg.num_experts, cfg.hidden});
-  if (!check_only) w.router_weight = to_floats(router);
+  // The router and the bias are read in either mode (kilobytes to megabytes), and must be finite:
+  // NaN passes every comparison of the routing's sorts.
+  const std::string router = prefix + ".gate.weight";
+  w.router_weight =
+      to_floats(expect(ckpt, router, {StDtype::kBF16, StDtype::kF32, StDtype::kF16}, {cfg.num_experts, cfg.hidden}));
+  for (size_t i = 0; i < w.router_weight.size(); ++i)
+    FP4MOE_CHECK(std::isfinite(w.router_weight[i]), ckpt.dir(), ": tensor '", router, "' [",
+                 static_cast<int64_t>(i) / cfg.hidden, ", ", static_cast<int64_t>(i) % cfg.hidden, "] is ",
+                 w.router_weight[i]);
   w.experts.resize(cfg.num_experts);
   const bool tp = shard.mode == ShardMode::kTensor;
   const IndexRange mine = tp ? IndexRange{0, cfg.num_experts} : ep_experts(cfg.num_experts, shard);
@@ -295,8 +307,10 @@ MoeWeights read_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int lay
                            check_only);
   const std::string bias = prefix + ".gate.e_score_correction_bias";
   if (ckpt.contains(bias)) {
-    const StTensorView& b = expect(ckpt, bias, {StDtype::kF32, StDtype::kBF16}, {cfg.num_experts});
-    if (!check_only) w.correction_bias = to_floats(b);
+    w.correction_bias = to_floats(expect(ckpt, bias, {StDtype::kF32, StDtype::kBF16}, {cfg.num_experts}));
+    for (size_t e = 0; e < w.correction_bias.size(); ++e)
+      FP4MOE_CHECK(std::isfinite(w.correction_bias[e]), ckpt.dir(), ": tensor '", bias, "' [", e, "] is ",
+                   w.correction_bias[e]);
   } else {
     FP4MOE_CHECK(cfg.routing.mode != RoutingMode::kSigmoidNoAuxTc, ckpt.dir(), ": missing tensor '", bias,
                  "' (noaux_tc routing needs it)");

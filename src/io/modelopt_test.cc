@@ -186,6 +186,23 @@ TEST(ModelOpt, BadCheckpointsAreClearErrors) {
     const std::string got = error_of([&] { read_model_info(Checkpoint::open(w.dir)); });
     EXPECT_NE(got.find(error), std::string::npos) << got;
   }
+  // No scoring_func (GLM-4.5/GLM-5 configs carry none: their code hard-codes sigmoid with
+  // noaux_tc): the model type decides, never softmax by default for a model that is sigmoid's.
+  std::ofstream(fs::path(w.dir) / "hf_quant_config.json")
+      << R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16}})";
+  for (const auto& [model_type, keep_topk_method, mode] :
+       std::vector<std::tuple<std::string, bool, RoutingMode>>{{"glm_moe_dsa", false, RoutingMode::kSigmoidNoAuxTc},
+                                                               {"deepseek_v3", false, RoutingMode::kSigmoidNoAuxTc},
+                                                               {"mixtral", true, RoutingMode::kSigmoidNoAuxTc},
+                                                               {"mixtral", false, RoutingMode::kSoftmaxTopK}}) {
+    nlohmann::json j = nlohmann::json::parse(config_text);
+    j.erase("scoring_func");
+    if (!keep_topk_method) j.erase("topk_method");
+    j["model_type"] = model_type;
+    std::ofstream(fs::path(w.dir) / "config.json") << j.dump();
+    EXPECT_EQ(read_model_info(Checkpoint::open(w.dir)).moe.routing.mode, mode)
+        << model_type << (keep_topk_method ? " with topk_method noaux_tc" : "");
+  }
   std::ofstream(fs::path(w.dir) / "config.json").flush();  // empty, not missing
   EXPECT_NE(error_of([&] { read_model_info(Checkpoint::open(w.dir)); }).find("config.json: empty"), std::string::npos);
   fs::remove(fs::path(w.dir) / "config.json");
