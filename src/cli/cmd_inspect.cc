@@ -58,13 +58,15 @@ void run_inspect(const InspectArgs& a) {
         std::printf("%s: not a ModelOpt NVFP4 MoE checkpoint (%s)\n", a.path.c_str(), printable(e.what()).c_str());
     }
     for (const std::string& n : c.tensor_names()) add(c.tensor(n));
-    // A ModelOpt checkpoint passes only where every MoE layer would load: each tensor the loader
-    // reads there, with its dtype and shape (no weight copied; the first missing or wrong one is
-    // the error, exit 1).
+    // A ModelOpt checkpoint passes only where every MoE layer has each tensor the loader reads
+    // there, with its dtype and shape, and finite router, bias and global scales (no weight read;
+    // the first missing or wrong one is the error, exit 1). Block scales' values are checked as
+    // a layer loads.
     if (info) {
       for (int layer = info->first_moe_layer; layer < info->num_layers; ++layer) check_moe_layer(c, *info, layer);
       if (!a.json && info->first_moe_layer < info->num_layers)
-        std::printf("MoE layers %d-%d: every tensor the loader reads is there, with its dtype and shape\n",
+        std::printf("MoE layers %d-%d: every tensor the loader reads is there, with its dtype and shape (block "
+                    "scales' values are checked at load)\n",
                     info->first_moe_layer, info->num_layers - 1);
     }
   } else {

@@ -39,8 +39,10 @@ MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int lay
 // equal, byte for byte, to shard_weights() of the whole layer.
 MoeWeights load_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int layer, const Shard& shard);
 // What load_moe_layer checks of layer `layer` - every tensor it reads there, with its dtype and
-// shape, and each global scale finite and > 0 - without copying a weight: `inspect` runs it on
-// every MoE layer, so that a checkpoint it passes loads. Throws as load_moe_layer does.
+// shape, each global scale finite and > 0, the router and bias finite - without copying a
+// weight: `inspect` runs it on every MoE layer. What it leaves to the load is the block scales'
+// values (a NaN code): gigabytes a layer, read only where a layer is loaded. Throws as
+// load_moe_layer does.
 void check_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int layer);
 
 // fnmatch-style glob ('*' and '?') used for exclude_modules.
