@@ -199,6 +199,9 @@ with tempfile.TemporaryDirectory() as d:
         f.write("keep me\n")
     expect_one_line_error(run("cache", "clear", "--file", notes, expect_rc=FAILURE), "not a tuning cache file")
     check(os.path.exists(notes), "cache clear --file removed a file that is no tuning cache")
+    for action in ("list", "show"):  # a file given that holds no cache at all is an error, not a warning
+        expect_one_line_error(run("cache", action, "--file", notes, expect_rc=FAILURE),
+                              f"cache {action}: --file {notes}: not a tuning cache (")
     expect_one_line_error(run("cache", "list", "--file", os.path.join(d, "tuning-none.json"), expect_rc=FAILURE),
                           "cannot stat")
     # A JSON write that fails only at the close (a full device) is an error, not "wrote".

@@ -248,6 +248,14 @@ void run_cache(const CacheArgs& a) {
     FP4MOE_CHECK(!ec, dir, ": cannot list the tuning cache directory (", ec.message(), ")");
   }
   std::sort(files.begin(), files.end());
+  // Each file's entries and warnings. A file named by --file that yields nothing but warnings is
+  // not a cache at all: an error (in the directory, such a file is listed with its warnings).
+  auto load = [&a](const std::string& f, std::vector<std::string>* w) {
+    TuningCache c = TuningCache::load(f, w);
+    FP4MOE_CHECK(a.file.empty() || !c.entries().empty() || w->empty(), "cache ", a.action, ": --file ", f,
+                 ": not a tuning cache (", printable(w->front()), ")");
+    return c;
+  };
   if (a.action == "path") {
     const CudaEnvironment env = query_cuda_environment();
     const GpuSpec* gpu =
@@ -264,7 +272,7 @@ void run_cache(const CacheArgs& a) {
     if (files.empty()) std::printf("no tuning cache files in %s\n", dir.c_str());
     for (const auto& f : files) {
       std::vector<std::string> w;
-      const TuningCache c = TuningCache::load(f, &w);
+      const TuningCache c = load(f, &w);
       std::printf("%s: %zu entries%s\n", f.c_str(), c.entries().size(), w.empty() ? "" : " (see warnings)");
       for (const auto& x : w) std::printf("  warning: %s\n", printable(x).c_str());
     }
@@ -273,7 +281,7 @@ void run_cache(const CacheArgs& a) {
   if (a.action == "show") {
     for (const auto& f : files) {
       std::vector<std::string> w;
-      const TuningCache c = TuningCache::load(f, &w);
+      const TuningCache c = load(f, &w);
       std::printf("%s\n", f.c_str());
       for (const auto& x : w) std::printf("  warning: %s\n", printable(x).c_str());
       for (const CacheEntry& e : c.entries())
