@@ -32,7 +32,8 @@ constexpr DtypeInfo kDtypes[] = {
     {StDtype::kBF16, "BF16", 16},      {StDtype::kI32, "I32", 32},
     {StDtype::kU32, "U32", 32},        {StDtype::kF32, "F32", 32},
     {StDtype::kI64, "I64", 64},        {StDtype::kU64, "U64", 64},
-    {StDtype::kF64, "F64", 64},
+    {StDtype::kF64, "F64", 64},        {StDtype::kF6E2M3, "F6_E2M3", 6},
+    {StDtype::kF6E3M2, "F6_E3M2", 6},  {StDtype::kC64, "C64", 64},
 };
 
 // Header sizes beyond this are refused (the reference implementation's limit is 100 MB).

@@ -23,8 +23,10 @@
 
 namespace fp4moe {
 
-enum class StDtype { kBool, kU8, kI8, kF8E4M3, kF8E5M2, kF8E8M0, kF4, kI16, kU16, kF16, kBF16,
-                     kI32, kU32, kF32, kI64, kU64, kF64 };
+// Every dtype of the format (safetensors 0.6): a file of any of them can be listed and its
+// tensors checked; the loaders take the few they read.
+enum class StDtype { kBool, kU8, kI8, kF8E4M3, kF8E5M2, kF8E8M0, kF4, kF6E2M3, kF6E3M2, kI16, kU16, kF16, kBF16,
+                     kI32, kU32, kF32, kI64, kU64, kF64, kC64 };
 // The dtype's string in the file ("F8_E4M3") and back; unknown strings throw.
 const char* to_string(StDtype d);
 StDtype st_dtype_from_string(const std::string& s, const std::string& context);

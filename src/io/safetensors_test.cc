@@ -24,7 +24,10 @@ TEST(Safetensors, RoundTripKeepsEverything) {
                                       {"a.scale", StDtype::kF32, {}, bytes_of({0.5f})},
                                       {"b", StDtype::kF32, {2}, bytes_of({1.0f, -2.0f})},
                                       {"empty", StDtype::kBF16, {0, 4}, {}},
-                                      {"fp4", StDtype::kF4, {4}, {0x21, 0x43}}};
+                                      {"fp4", StDtype::kF4, {4}, {0x21, 0x43}},
+                                      {"fp6", StDtype::kF6E2M3, {4}, {1, 2, 3}},  // 4 x 6 bits: 3 bytes
+                                      {"fp6b", StDtype::kF6E3M2, {8}, {1, 2, 3, 4, 5, 6}},
+                                      {"c64", StDtype::kC64, {1}, bytes_of({1.0f, -1.0f})}};
   const SafetensorsFile f = SafetensorsFile::from_bytes(serialize_safetensors(t, {{"k", "v"}}), "mem");
   EXPECT_EQ(f.metadata().at("k"), "v");
   for (const auto& x : t) {
@@ -81,6 +84,7 @@ TEST(Safetensors, CorruptFilesAreClearErrors) {
                "overlap");
   expect_error(image(R"({"__metadata__":{"k":1}})", 0), "not a string");
   expect_error(image(R"({"t":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", 2), "whole number of bytes");
+  expect_error(image(R"({"t":{"dtype":"F6_E2M3","shape":[3],"data_offsets":[0,3]}})", 3), "whole number of bytes");
   expect_error(image(R"({"t":"x"})", 0), "entry is not an object");
   // A NUL in a name is written as \0: what() ended at it, and the reason with it.
   expect_error(image(R"({"a\u0000b":{"dtype":"F99","shape":[2],"data_offsets":[0,8]}})", 8),
