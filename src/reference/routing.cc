@@ -90,7 +90,10 @@ Routing route_reference(const RoutingConfig& cfg, std::span<const float> logits,
       double sum = 0;
       for (int e = 0; e < E; ++e) sum += (score[e] = std::exp(static_cast<double>(l[e]) - m));
       for (int e = 0; e < E; ++e) score[e] /= sum;
-      ids = top_k_indices(score, k);
+      // Chosen by logit: softmax keeps their order, and logits hundreds apart (a skewed router)
+      // have probabilities that underflow to the same double, which would read as a tie.
+      for (int e = 0; e < E; ++e) choice[e] = l[e];
+      ids = top_k_indices(choice, k);
     } else {
       for (int e = 0; e < E; ++e) {
         score[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(l[e])));

@@ -26,6 +26,15 @@ TEST(Routing, SoftmaxTopKHandComputedWithTies) {
   EXPECT_FLOAT_EQ(n.weights[1], 1.0f);
 }
 
+// Logits hundreds apart: both losers' probabilities underflow to 0 in double, which ranked by
+// probability read as a tie (the lower index); by logit, -800 beats -1000, as on the GPU.
+TEST(Routing, SoftmaxRanksByLogitWhereProbabilitiesUnderflow) {
+  const RoutingConfig c{RoutingMode::kSoftmaxTopK, 2, 1, 1, false, 1.0f};
+  const Routing r = route_reference(c, std::vector<float>{0, -1000, -800}, 1, 3, {});
+  EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(r.weights, (std::vector<float>{1.0f, 0.0f}));
+}
+
 TEST(Routing, SigmoidNoAuxTcBiasChoosesScoresWeigh) {
   RoutingConfig c{RoutingMode::kSigmoidNoAuxTc, 2, 1, 1, false, 2.5f};
   const std::vector<float> logits = {0.0f, 1.0f, 2.0f, -1.0f};

@@ -209,5 +209,17 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(c.cfg.n_group) + (c.logit_kind == 1 ? "_ties" : c.logit_kind == 2 ? "_far" : "");
     });
 
+// The launch's own check (host code: runs without a GPU too) refuses what the config refuses: a
+// caller of launch_routing that skips MoeConfig::validate must not get an excluded expert chosen
+// twice, or a group scored from one expert.
+TEST(GpuRoutingShape, RefusesWhatTheConfigRefuses) {
+  EXPECT_NO_THROW(kernels::check_routing_shape(256, 8, 8, 4));
+  EXPECT_TRUE(test::throws_error_naming([] { kernels::check_routing_shape(64, 10, 8, 1); },
+                                        "top_k 10 exceeds the 8 experts of the 1 kept groups"));
+  EXPECT_TRUE(test::throws_error_naming([] { kernels::check_routing_shape(8, 2, 8, 4); },
+                                        "group scores need at least 2 experts per group"));
+  EXPECT_NO_THROW(kernels::check_routing_shape(8, 1, 1, 1));
+}
+
 }  // namespace
 }  // namespace fp4moe

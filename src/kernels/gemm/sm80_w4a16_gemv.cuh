@@ -247,7 +247,8 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
         const int my_blocks = blocks_of_cta(row_blocks);  // FC2's blocks are its row blocks
         for (int i = tid; i < pairs * my_blocks * KG; i += kThreads) {
           const int pair = i % pairs, rest = i / pairs, bi = rest % my_blocks, kg = rest / my_blocks;
-          const int e = pair < T * K_top ? rp.topk_ids[pair] : E;
+          // (clamped: a flag left raised by an earlier call would let stale ids through here)
+          const int e = pair < T * K_top ? min(max(rp.topk_ids[pair], 0), E) : E;
           const int rt0 = (blockIdx.x + bi * gridDim.x) * kRT, rts = min(kRT, p.rowtiles - rt0);
           const int64_t tile = static_cast<int64_t>(kg) * p.rowtiles + rt0;
           w4a16::prefetch_l2(p.weights + e * expert_wbytes + tile * 2048, rts * 2048);

@@ -251,6 +251,12 @@ void check_routing_shape(int experts, int top_k, int n_group, int topk_group) {
   FP4MOE_CHECK(n_group >= 1 && n_group <= 32 && experts % n_group == 0 && topk_group >= 1 && topk_group <= n_group,
                "GPU routing: n_group ", n_group, " / topk_group ", topk_group,
                " invalid (n_group <= 32 must divide the experts)");
+  // As MoeConfig::validate: with fewer experts in the kept groups than top_k, an excluded expert
+  // (already -inf) would be chosen again, and a group score is the sum of its two best.
+  FP4MOE_CHECK(top_k <= topk_group * (experts / n_group), "GPU routing: top_k ", top_k, " exceeds the ",
+               topk_group * (experts / n_group), " experts of the ", topk_group, " kept groups");
+  FP4MOE_CHECK(n_group == 1 || experts / n_group >= 2, "GPU routing: ", n_group, " groups of ", experts / n_group,
+               " expert(s); group scores need at least 2 experts per group");
 }
 
 void launch_routing(const RoutingParams& p, cudaStream_t stream, bool pdl) {
