@@ -22,7 +22,8 @@ import sys
 def rows(path):
     with open(path) as f:
         d = json.load(f)
-    return {r["tokens"]: r["ours"] for r in d["rows"] if "ours" in r}
+    # GPU rows only: a GPU-less bench times the CPU reference, which has no families to compare.
+    return {r["tokens"]: r["ours"] for r in d["rows"] if r.get("ours", {}).get("path") == "gpu"}
 
 
 def stage_sum(o):

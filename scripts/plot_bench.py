@@ -24,6 +24,11 @@ def load(path):
     return d
 
 
+def timed_on_gpu(r, key):
+    """Whether row r has a GPU time for `key` (ours: its path is "gpu"; the baseline runs only there)."""
+    return key in r and "median_us" in r[key] and r[key].get("path", "gpu") == "gpu"
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -40,13 +45,18 @@ def main():
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     ax1.plot(xs, [min(tf, bw * x) / 1e12 for x in xs], "k-", lw=1.5,
              label=f"roofline: {bw / 1e9:.0f} GB/s, {tf / 1e12:.0f} TFLOPS ({d['ceilings']['source']})")
+    # Each path at its own intensity: the baseline reads BF16 weights (its "bytes", where the file
+    # has them; older files: ours). A CPU reference's time is no point on a GPU's roofline.
+    def intensity(r, key):
+        return r["cost"]["flops"] / r[key]["bytes"] if r[key].get("bytes") else r["cost"]["intensity"]
+
     for key, style, name in (("ours", "o-", "fp4moe"), ("baseline", "s--", "cuBLAS BF16")):
-        pts = [(r["cost"]["intensity"], r["cost"]["flops"] / (r[key]["median_us"] * 1e-6) / 1e12)
-               for r in rows if key in r and "median_us" in r[key]]
+        pts = [(intensity(r, key), r["cost"]["flops"] / (r[key]["median_us"] * 1e-6) / 1e12)
+               for r in rows if timed_on_gpu(r, key)]
         if pts:
             ax1.plot([p[0] for p in pts], [p[1] for p in pts], style, label=name)
     for r in rows:
-        if "ours" in r and "median_us" in r["ours"]:
+        if timed_on_gpu(r, "ours"):
             ax1.annotate(str(r["tokens"]), (r["cost"]["intensity"],
                                             r["cost"]["flops"] / (r["ours"]["median_us"] * 1e-6) / 1e12),
                          fontsize=7, xytext=(3, 3), textcoords="offset points")
@@ -62,6 +72,8 @@ def main():
     ax2.plot(tokens, [r["cost"]["floor_us"] for r in rows], "k-", label="floor: max(bytes/BW, FLOPs/peak)")
     for key, style, name in (("ours", "o-", "fp4moe"), ("baseline", "s--", "cuBLAS BF16")):
         pts = [(r["tokens"], r[key]["median_us"]) for r in rows if key in r and "median_us" in r[key]]
+        if key == "ours" and pts and not any(timed_on_gpu(r, key) for r in rows):
+            name = "fp4moe CPU reference"
         if pts:
             ax2.plot([p[0] for p in pts], [p[1] for p in pts], style, label=name)
     ax2.set_xscale("log", base=2)

@@ -69,10 +69,22 @@ def validate(d, name, gpu_run):
         flops = 2 * t * cfg["top_k"] * 3 * cfg["hidden"] * cfg["intermediate"] + \
             2 * t * 3 * cfg["hidden"] * cfg["shared_intermediate"]
         check(abs(cost["flops"] - flops) <= 1e-9 * flops, f"{name} T={t}: flops")
+        # Bytes from their own formulas: per expert 3 H I values at 1/2 + 1/16 byte and three fp32
+        # global scales, for the active routed experts and the shared one; hidden in and out
+        # (bf16) and the router logits (fp32).
+        h, i, e, si = cfg["hidden"], cfg["intermediate"], cfg["experts"], cfg["shared_intermediate"]
+        per_expert = lambda inter: 3 * h * inter * (0.5 + 1 / 16) + 12  # noqa: E731
+        weights = cost["active_experts"] * per_expert(i) + (per_expert(si) if si else 0)
+        check(abs(cost["weight_bytes"] - weights) <= 1e-9 * weights, f"{name} T={t}: weight_bytes")
+        check(abs(cost["activation_bytes"] - t * (4 * h + 4 * e)) < 1e-6, f"{name} T={t}: activation_bytes")
+        check(1 <= cost["active_experts"] <= min(e, t * cfg["top_k"]), f"{name} T={t}: active_experts")
         if gpu_run:
             o = r["ours"]
             check(o["path"] == "gpu" and o["median_us"] > 0, f"{name} T={t}: ours")
             check(abs(o["x_floor"] * cost["floor_us"] - o["median_us"]) <= 1e-6 * o["median_us"], f"{name}: x_floor")
+            check(abs(o["pct_floor"] * o["x_floor"] - 100) <= 1e-6, f"{name} T={t}: pct_floor")
+            check(abs(o["gbs"] * o["median_us"] * 1e3 - cost["bytes"]) <= 1e-6 * cost["bytes"], f"{name} T={t}: gbs")
+            check(abs(o["tflops"] * o["median_us"] * 1e6 - cost["flops"]) <= 1e-6 * cost["flops"], f"{name} T={t}: tflops")
             check(set(o["stages_us"]) == {"routing", "fc1", "fc2"}, f"{name}: stages")
             if sustained:
                 pct = 100 * o["tflops"] / sustained
@@ -99,6 +111,12 @@ def validate(d, name, gpu_run):
             if "clock" in b:
                 validate_clock(b["clock"], f"{name} T={t}: baseline.clock")
             check(abs(b["speedup"] - b["median_us"] / o["median_us"]) < 1e-6 * b["speedup"], f"{name}: speedup")
+            check(abs(b["tflops"] * b["median_us"] * 1e6 - cost["flops"]) <= 1e-6 * cost["flops"], f"{name} T={t}: baseline tflops")
+            check(abs(b["x_floor"] * cost["floor_us"] - b["median_us"]) <= 1e-6 * b["median_us"], f"{name}: baseline x_floor")
+            if "bytes" in b:  # its own bytes: BF16 weights of the same experts, hidden in and out
+                bf16 = (cost["active_experts"] * 3 * h * i + 3 * h * si) * 2 + t * 4 * h
+                check(abs(b["bytes"] - bf16) <= 1e-9 * bf16, f"{name} T={t}: baseline bytes")
+                check(abs(b["gbs"] * b["median_us"] * 1e3 - bf16) <= 1e-6 * bf16, f"{name} T={t}: baseline gbs")
             check(b["rel_error"] < 2e-2, f"{name} T={t}: rel error {b['rel_error']}")
 
 

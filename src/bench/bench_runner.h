@@ -49,12 +49,15 @@ struct BenchRow {
   Roofline floor;
   TimedPath ours;
   std::string fc1_tactic, fc2_tactic, plan_source;
-  double routing_us = 0, fc1_us = 0, fc2_us = 0;  // per stage (plain launches, median)
+  // Per stage (plain launches, median); 0 for a phase inside another launch (w4a16_gemv routes
+  // in FC1; w4a16_fused is one launch, all in fc1_us).
+  double routing_us = 0, fc1_us = 0, fc2_us = 0;
   // A plain read of cost.bytes timed as the layer is (plain_read.h); 0 where not run: a
   // compute-bound row, options.plain_read off, or plain_read_skipped says why.
   double plain_read_us = 0;
   std::string plain_read_skipped;
   bool has_baseline = false;
+  LayerCost baseline_cost;  // the baseline's bytes: BF16 weights (bf16_layer_cost); its FLOPs are ours
   TimedPath baseline;
   std::string baseline_method;
   double speedup = 0;        // baseline time / our time

@@ -29,6 +29,16 @@ LayerCost layer_cost(const MoeConfig& cfg, int64_t tokens, int active_experts) {
   return c;
 }
 
+LayerCost bf16_layer_cost(const MoeConfig& cfg, int64_t tokens, int active_experts) {
+  LayerCost c = layer_cost(cfg, tokens, active_experts);
+  const double H = static_cast<double>(cfg.hidden), I = static_cast<double>(cfg.intermediate);
+  const double Is = cfg.has_shared_expert() ? static_cast<double>(cfg.shared_intermediate) : 0.0;
+  c.weight_bytes = (active_experts * 3.0 * H * I + 3.0 * H * Is) * 2.0;
+  c.activation_bytes = static_cast<double>(tokens) * H * 2 * 2;
+  c.bytes = c.weight_bytes + c.activation_bytes;
+  return c;
+}
+
 int count_active_experts(const std::vector<int32_t>& ids, int num_experts) {
   FP4MOE_CHECK(num_experts >= 1, "count_active_experts: ", num_experts, " experts");
   std::vector<bool> seen(static_cast<size_t>(num_experts), false);

@@ -25,6 +25,9 @@ struct LayerCost {
 
 // Bytes and FLOPs for `tokens` tokens whose routing activates `active_experts` experts.
 LayerCost layer_cost(const MoeConfig& cfg, int64_t tokens, int active_experts);
+// The same layer as the cuBLAS BF16 baseline computes it: the same FLOPs; its weights 2 bytes an
+// element (no scales), its activations hidden in and out (its routing is given, no logits).
+LayerCost bf16_layer_cost(const MoeConfig& cfg, int64_t tokens, int active_experts);
 
 // One expert's NVFP4 bytes: gate [I, H], up [I, H], down [H, I] - codes 1/2 byte and scales
 // 1/16 byte an element, and three fp32 global scales.

@@ -20,10 +20,12 @@ namespace fp4moe {
 // Times in seconds of fn() between two events, `iters` times after at least `warmup` runs -
 // and, where min_warmup_s > 0, at least that many seconds of them (wall time, the work
 // synchronized), which is how a long run's state is measured: under a power cap, for one.
-// Before each run, timed or not, `before` (untimed, e.g. an L2 flush) is enqueued.
+// Before each run, timed or not, `before` (untimed, e.g. an L2 flush) is enqueued. `on_timed`,
+// where given, runs once between the warm-up (finished on the GPU) and the first timed run: what
+// accounts for the timed runs alone (a clock monitor, counters) starts there.
 template <typename Fn, typename Before>
 std::vector<double> event_times(int warmup, int iters, cudaStream_t stream, Fn&& fn, Before&& before,
-                                double min_warmup_s = 0) {
+                                double min_warmup_s = 0, const std::function<void()>& on_timed = {}) {
   cudaEvent_t start, stop;
   FP4MOE_CUDA_CHECK(cudaEventCreate(&start));
   FP4MOE_CUDA_CHECK(cudaEventCreate(&stop));
@@ -41,6 +43,10 @@ std::vector<double> event_times(int warmup, int iters, cudaStream_t stream, Fn&&
     FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= min_warmup_s) break;
     run(batch);
+  }
+  if (on_timed) {
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    on_timed();
   }
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
@@ -61,8 +67,8 @@ std::vector<double> event_times(int warmup, int iters, cudaStream_t stream, Fn&&
 // The median of event_times.
 template <typename Fn, typename Before>
 double median_event_time(int warmup, int iters, cudaStream_t stream, Fn&& fn, Before&& before,
-                         double min_warmup_s = 0) {
-  return median(event_times(warmup, iters, stream, fn, before, min_warmup_s));
+                         double min_warmup_s = 0, const std::function<void()>& on_timed = {}) {
+  return median(event_times(warmup, iters, stream, fn, before, min_warmup_s, on_timed));
 }
 
 // How interleaved_event_times takes turns: `cycles` timed cycles after `warmup_cycles` untimed
