@@ -161,6 +161,9 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
               "host, not timed)\n\n",
               o.iters, o.graph ? "CUDA-graph replays" : "launches", o.warmup, warm_for.c_str(),
               o.cold_l2 ? "cold" : "warm");
+  if (!o.cold_l2)
+    std::printf("warm L2: the floor counts every byte from DRAM; a row whose bytes fit in the %.0f MB L2 can run "
+                "below it\n\n", r.gpu.l2_bytes / 1e6);
   std::printf("%6s %4s %9s %9s %7s %4s %9s | %9s %7s %7s %6s %6s | %9s %7s %6s | %s\n", "T", "act",
               "MB", "GFLOP", "FLOP/B", "bnd", "floor us", "ours us", "GB/s", "TFLOPS", "%floor",
               "xfloor", "cuBLAS us", "%floor", "speed", "tactics (fc1 / fc2)");
