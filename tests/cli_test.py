@@ -150,13 +150,16 @@ check(" fits " in p.stdout and "cannot run it" not in p.stdout, f"tactics on sm_
 expect_errors([
         (("run", "--tokens", "1", "--cuda-device", "1023"), FAILURE, "run: --cuda-device 1023: "),
         (("bench", "--tokens", "1", "--cuda-device", "1023"), FAILURE, "bench: --cuda-device 1023: "),
-        (("tune", "--tokens", "1", "--cuda-device", "1023"), FAILURE, "tune: --cuda-device 1023: "),
         (("cache", "path", "--cuda-device", "1023"), FAILURE, "cache path: --cuda-device 1023: "),
         (("run", "--cuda-device", "1024"), USAGE, "--cuda-device: '1024' is not an integer in [0, 1023]"),
         (("run", "--device", "cpu", "--cuda-device", "0"), FAILURE, "--cuda-device picks a GPU; --device cpu runs none"),
         (("bench", "--tp", "2", "--cuda-device", "1"), FAILURE, "--tp runs on CUDA devices 0 to N-1"),
         (("cache", "list", "--cuda-device", "0"), FAILURE, "cache list: --cuda-device goes with path"),
 ])
+# (a build without CUDA refuses tune before it looks for a device)
+p = run("tune", "--tokens", "1", "--cuda-device", "1023", expect_rc=FAILURE)
+check(p.stderr.startswith("fp4moe: error: tune: --cuda-device 1023: ") or
+      p.stderr == "fp4moe: error: tune: this build has no CUDA\n", f"tune --cuda-device 1023: {p.stderr!r}")
 # tactics: names checked before the table; a family without the epilogue says so.
 p = run("tactics", "--gpu", "h200", "--family", "bogus", expect_rc=USAGE)
 check(p.stdout == "", f"tactics printed before refusing --family bogus: {p.stdout[:200]}")
