@@ -86,6 +86,18 @@ def validate(d, name, gpu_run):
             check(abs(o["gbs"] * o["median_us"] * 1e3 - cost["bytes"]) <= 1e-6 * cost["bytes"], f"{name} T={t}: gbs")
             check(abs(o["tflops"] * o["median_us"] * 1e6 - cost["flops"]) <= 1e-6 * cost["flops"], f"{name} T={t}: tflops")
             check(set(o["stages_us"]) == {"routing", "fc1", "fc2"}, f"{name}: stages")
+            if "bytes" in r.get("baseline", {}):  # files of the accounting that has the baseline's bytes
+                # A phase inside another launch is 0 (the small-batch family routes in FC1; the
+                # fused family is one launch), and our clocks count the timed replays alone.
+                fam = o["fc1_tactic"].split(":")[0]
+                if fam in ("w4a16_gemv", "w4a16_fused"):
+                    check(o["stages_us"]["routing"] == 0, f"{name} T={t}: {fam} routing stage")
+                if fam == "w4a16_fused":
+                    check(o["stages_us"]["fc2"] == 0, f"{name} T={t}: fused fc2 stage")
+                if "sm_clock_measured" in o and d["options"].get("graph", True):
+                    check(o["sm_clock_measured"]["fc1_launches"] == d["options"]["iters"],
+                          f"{name} T={t}: clock launches {o['sm_clock_measured']['fc1_launches']} "
+                          f"against {d['options']['iters']} timed replays")
             if sustained:
                 pct = 100 * o["tflops"] / sustained
                 check(abs(o.get("pct_sustained_bf16", -1) - pct) <= 1e-6 * pct, f"{name} T={t}: pct_sustained_bf16")
@@ -124,6 +136,12 @@ with open(os.path.join(SRC, "tests/data/bench_h200_glm5.json")) as f:
     rec = json.load(f)
 validate(rec, "recorded H200 glm5", True)
 check(len(rec["rows"]) == 15, "recorded run: full default sweep 1..16384")
+# The recorded H100 runs: of the accounting with the baseline's own bytes (its checks above).
+for preset in ("glm5", "glm5_tp8"):
+    with open(os.path.join(SRC, f"docs/measurements/h100_{preset}_bench.json")) as f:
+        h100 = json.load(f)
+    validate(h100, f"recorded H100 {preset}", True)
+    check(all("bytes" in r["baseline"] for r in h100["rows"]), f"recorded H100 {preset}: baseline bytes")
 
 with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, "cpu.json")
