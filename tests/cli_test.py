@@ -136,7 +136,11 @@ expect_errors([
         (("run", "--checkpoint", "/nonexistent-ckpt", "--layer", "0"), FAILURE, "/nonexistent-ckpt: does not exist"),
         (("run", "--hidden", "+256"), USAGE, "'+256' is not an integer (decimal digits"),
         (("tactics", "--gpu", "h200", "--family", "w4a16_mma", "--k", "4096"), FAILURE,
-         "--k sizes the batch w4a16_gemv and w4a16_fused stage; --family w4a16_mma does not read it"),
+         "--k sizes the batch w4a16_gemv stages; --family w4a16_mma does not read it"),
+        (("tactics", "--gpu", "h200", "--family", "w4a16_fused", "--tokens", "2"), FAILURE,
+         "--tokens sizes the batch w4a16_gemv stages; --family w4a16_fused does not read it"),
+        (("tactics", "--gpu", "h200", "--family", "w4a16_mma", "--slots", "9"), FAILURE,
+         "--slots sizes the routing w4a16_gemv and w4a16_fused stage"),
         (("tactics", "--gpu", "h200", "--json", "--explain"), USAGE, "excludes"),
 ])
 p = run("tactics", "--gpu", "h200", "--family", "cutlass_sm120")

@@ -1,6 +1,6 @@
 // fp4moe/format.h - NVFP4 and MXFP4: scalar codecs, block quantization, dequantization.
 //
-// Scalar codecs (REFERENCE.md section 1):
+// Scalar codecs (the OCP MX and NVIDIA NVFP4 definitions):
 //   E2M1  4 bits, s.ee.m, bias 1: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives; no Inf/NaN.
 //   E4M3  8 bits "e4m3fn": s.eeee.mmm, bias 7, max 448, NaN = s.1111.111, no Inf.
 //   UE8M0 8 bits, unsigned power of two 2^(e-127); 0xFF = NaN.

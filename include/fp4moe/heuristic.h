@@ -13,9 +13,9 @@ namespace fp4moe {
 
 // Experts narrower than this (the intermediate size I, FC2's K: glm5-tp8's 256) take the
 // prefill family later (kPrefillMinTokensNarrow) and the decode family's 8-token tile with 2
-// stages at every mean (kDecodeTwoStagesMaxMean), and their FC2 (K = I, a single K group) the
-// 256 x 64 tile with 128 K a stage rather than 256: the rules measured on glm5 (I = 2048)
-// against glm5-tp8.
+// stages at every mean (kDecodeTwoStagesMaxMean): the rules measured on glm5 (I = 2048)
+// against glm5-tp8. (Their FC2 takes the same prefill tiles as wide experts' since the narrow
+// experts were re-measured: docs/HEURISTIC.md.)
 inline constexpr int64_t kWideExpert = 1024;
 inline bool narrow_experts(const MoeConfig& cfg) { return cfg.intermediate < kWideExpert; }
 
@@ -274,7 +274,8 @@ int heuristic_token_tile(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gp
 // largest token tile not above it (then most rows, then most warps).
 // (The family schedules stream-K over all resident CTAs, so no split-K factor is chosen.)
 Tactic heuristic_tactic(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu, Epilogue ep);
-// Both GEMMs: the small-batch family's pair where it applies (above), else heuristic_tactic's.
+// Both GEMMs: the fused family's pair where it applies (sm_90, wide experts, T <= 4, at most 256
+// experts), else the small-batch family's (above), else heuristic_tactic's.
 LayerPlan heuristic_plan(const MoeConfig& cfg, int64_t tokens, const GpuSpec& gpu);
 
 }  // namespace fp4moe

@@ -1,4 +1,4 @@
-// fp4moe/hw.h - what a GPU offers: the known-GPU table (REFERENCE.md section 4) and the live
+// fp4moe/hw.h - what a GPU offers: the known-GPU table (datasheet figures: src/hw/gpu_table.cc) and the live
 // device query produce the same GpuSpec, so everything downstream (the resource model, the
 // benchmark's floors, the tuner's cache keys) treats a table entry and a real GPU alike.
 #pragma once
@@ -38,7 +38,7 @@ struct GpuSpec {
   bool has_block_scaled_mma_sync() const { return sm == 120 || sm == 121; }
 };
 
-// The table of REFERENCE.md section 4.
+// The table of known GPUs (datasheet figures, dense tensor peaks: src/hw/gpu_table.cc).
 const std::vector<GpuSpec>& known_gpus();
 // Looks up a table entry by key or name, case-insensitive ("h200", "H200", "rtx-pro-6000").
 std::optional<GpuSpec> find_known_gpu(const std::string& name);

@@ -26,8 +26,9 @@
 namespace fp4moe {
 
 // Token buckets: every power of two up to 16384, then 65536. Fine steps through 16384 because
-// the best plan changes at nearly every doubling there: the decode family's token tile up to
-// 512, the switch to the prefill family at 1024 and its tile width at 2048 -> 4096. With coarser
+// the best plan changes at nearly every doubling there: the decode family's token tile, the
+// switch to the prefill family (at 320-512 on the H200's presets today; at 1024 when the buckets
+// were measured) and its tile width at 2048 -> 4096. With coarser
 // steps above 256 (1024, 4096, 16384) the H200 measured a cached plan 12% slower than the
 // heuristic at T = 512 (bucket 1024's prefill FC2) and 9% at T = 2048 (bucket 4096's 256-token
 // tiles). A batch looks up the nearest bucket in log2 distance; a tie (only 32768) goes to the

@@ -164,20 +164,24 @@ void register_tactics(CLI::App& app) {
       ->transform(IntegerIn(1, 1025));
   cmd->add_flag("--no-shared-expert", a->no_shared_expert,
                 "Every group is a routed expert (the small-batch and fused families route 256 at most)");
-  cmd->add_option("--tokens", a->tokens, "w4a16_gemv, w4a16_fused: tokens of the batch they stage")
-      ->transform(IntegerIn(1, 8));
-  cmd->add_option("--k", a->k, "w4a16_gemv, w4a16_fused: the GEMM's K (FC1: hidden, FC2: intermediate)")
+  cmd->add_option("--tokens", a->tokens, "w4a16_gemv: tokens of the batch it stages")->transform(IntegerIn(1, 8));
+  cmd->add_option("--k", a->k, "w4a16_gemv: the GEMM's K (FC1: hidden, FC2: intermediate)")
       ->transform(MultipleOf(16, 1 << 20, 16, "the NVFP4 block size"));
   cmd->add_option("--slots", a->slots, "w4a16_gemv, w4a16_fused: slots per token (top-k, +1 with a shared expert)")
       ->transform(IntegerIn(1, 33));
   auto* json = cmd->add_flag("--json", a->json, "JSON instead of the table (every term of the arithmetic included)");
   cmd->add_flag("--explain", a->explain, "Print every term of the arithmetic")->excludes(json);
   cmd->callback([a, cmd] {
-    // The batch options size only the families that stage the batch: given for another, they
-    // would change nothing in its rows.
-    for (const char* o : {"--tokens", "--k", "--slots"})
-      FP4MOE_CHECK(cmd->count(o) == 0 || a->family == "all" || a->family == "w4a16_gemv" || a->family == "w4a16_fused",
-                   o, " sizes the batch w4a16_gemv and w4a16_fused stage; --family ", a->family, " does not read it");
+    // The batch options size only the families that stage it: the small-batch family its
+    // tokens' rows (T x K), both it and the fused family their routing (slots); given for another
+    // family, they would change nothing in its rows.
+    for (const char* o : {"--tokens", "--k"})
+      FP4MOE_CHECK(cmd->count(o) == 0 || a->family == "all" || a->family == "w4a16_gemv", o,
+                   " sizes the batch w4a16_gemv stages; --family ", a->family, " does not read it");
+    FP4MOE_CHECK(cmd->count("--slots") == 0 || a->family == "all" || a->family == "w4a16_gemv" ||
+                     a->family == "w4a16_fused",
+                 "--slots sizes the routing w4a16_gemv and w4a16_fused stage; --family ", a->family,
+                 " does not read it");
     run_tactics(*a);
   });
 }

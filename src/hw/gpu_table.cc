@@ -1,4 +1,4 @@
-// The known-GPU table (REFERENCE.md section 4; datasheet figures, dense tensor peaks).
+// The known-GPU table (datasheet figures, dense tensor peaks).
 #include <algorithm>
 #include <cctype>
 #include <charconv>

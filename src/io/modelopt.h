@@ -1,4 +1,4 @@
-// NVIDIA ModelOpt NVFP4 checkpoints (Hugging Face layout, REFERENCE.md section 2): the model
+// NVIDIA ModelOpt NVFP4 checkpoints (Hugging Face layout: docs/ARCHITECTURE.md, "Checkpoints"): the model
 // config (GLM-5 glm_moe_dsa and DeepSeek-V3 fields), the quantization config, the import of one
 // MoE layer, and the writer of synthetic checkpoints in the same layout.
 #pragma once

@@ -1,4 +1,4 @@
-// MoE configurations: presets from the models' config.json (REFERENCE.md section 3) and the
+// MoE configurations: presets from the models' config.json files and the
 // validation that every entry point runs first.
 #include <algorithm>
 #include <cmath>
