@@ -19,9 +19,10 @@ namespace fp4moe::test {
 // correction bias (empty: zeros). Each slot holds the reference's expert, its weight within
 // weight_tol x (1 + |weight|); float32 (GPU) and float64 (reference) scores may order a near-tie
 // differently, so a differing expert passes only where the two experts' choice scores differ, by
-// less than 1e-6 (an exact tie is broken by the lower index on both sides), or, with expert groups, where the last kept group and the first dropped
-// one score within 1e-6 and the GPU's expert is of a group scoring at least the last kept one
-// less 1e-6 (a near-tie of groups swaps a whole group's experts); and only on a few tokens
+// less than 1e-6 of the larger (an exact tie is broken by the lower index on both sides), or,
+// with expert groups, where the last kept group and the first dropped one score as close and the
+// GPU's expert is of a group scoring at least the last kept one less that (a near-tie of groups
+// swaps a whole group's experts); and only on a few tokens
 // (rounding, not a wrong choice). Such a token's weights are not compared. Ids out of [0, E)
 // fail before anything is looked up with them.
 inline void expect_routing_matches_reference(const RoutingConfig& cfg, const std::vector<float>& logits,
