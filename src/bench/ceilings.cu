@@ -6,6 +6,7 @@
 
 #include "bench/ceilings.h"
 #include "bench/plain_read.h"
+#include "bench/cublas_api.h"
 #include "bench/cublas_check.h"
 #include "fp4moe/error.h"
 #include "runtime/device_buffer.h"
@@ -65,15 +66,15 @@ class Bf16Gemm {
     fill_random_bf16<<<sm_count() * 8, 256>>>(a_.get<__nv_bfloat16>(), elems, 1);
     fill_random_bf16<<<sm_count() * 8, 256>>>(b_.get<__nv_bfloat16>(), elems, 2);
     FP4MOE_CUDA_CHECK_LAUNCH();
-    FP4MOE_CUBLAS_CHECK(cublasCreate(&h_));
+    FP4MOE_CUBLAS_CHECK(CublasApi::get().create(&h_));
   }
-  ~Bf16Gemm() { cublasDestroy(h_); }
+  ~Bf16Gemm() { CublasApi::get().destroy(h_); }
   Bf16Gemm(const Bf16Gemm&) = delete;
   Bf16Gemm& operator=(const Bf16Gemm&) = delete;
 
   void run() {
     const float alpha = 1.0f, beta = 0.0f;
-    FP4MOE_CUBLAS_CHECK(cublasGemmEx(h_, CUBLAS_OP_N, CUBLAS_OP_N, n_, n_, n_, &alpha, a_.get(), CUDA_R_16BF, n_,
+    FP4MOE_CUBLAS_CHECK(CublasApi::get().gemm_ex(h_, CUBLAS_OP_N, CUBLAS_OP_N, n_, n_, n_, &alpha, a_.get(), CUDA_R_16BF, n_,
                                      b_.get(), CUDA_R_16BF, n_, &beta, c_.get(), CUDA_R_16BF, n_,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "bench/cublas_baseline.h"
+#include "bench/cublas_api.h"
 #include "bench/cublas_check.h"
 #include "fp4moe/error.h"
 #include "kernels/moe/weight_prep.h"
@@ -98,11 +99,11 @@ CublasBaseline::CublasBaseline(const MoeWeights& w) : impl_(std::make_unique<Imp
       FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
     }
   }
-  FP4MOE_CUBLAS_CHECK(cublasCreate(&m.handle));
+  FP4MOE_CUBLAS_CHECK(CublasApi::get().create(&m.handle));
 }
 
 CublasBaseline::~CublasBaseline() {
-  if (impl_->handle) cublasDestroy(impl_->handle);
+  if (impl_->handle) CublasApi::get().destroy(impl_->handle);
 }
 
 bool CublasBaseline::grouped_available() const { return impl_->grouped_ok; }
@@ -167,7 +168,8 @@ void CublasBaseline::prepare(const Routing& r) {
 void CublasBaseline::forward(const uint16_t* hidden, uint16_t* out, cudaStream_t stream, Method method) {
   Impl& m = *impl_;
   FP4MOE_CHECK(m.rows > 0, "baseline: prepare() first");
-  FP4MOE_CUBLAS_CHECK(cublasSetStream(m.handle, stream));
+  const CublasApi& cublas = CublasApi::get();
+  FP4MOE_CUBLAS_CHECK(cublas.set_stream(m.handle, stream));
   gather_rows<<<grid(m.rows * m.H / 8), 256, 0, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(hidden), m.row_token.get<int>(), m.rows, m.H,
       m.x.get<__nv_bfloat16>());
@@ -187,7 +189,9 @@ void CublasBaseline::forward(const uint16_t* hidden, uint16_t* out, cudaStream_t
           ldc(na, static_cast<int>(n_out)), gs(na, 1);
       std::vector<float> alpha(na, 1.0f), beta(na, 0.0f);
       for (int i = 0; i < na; ++i) nn[i] = m.counts[m.active[i]];
-      const cublasStatus_t st = cublasGemmGroupedBatchedEx(
+      if (!cublas.gemm_grouped_batched_ex) m.grouped_ok = false;
+      FP4MOE_CHECK(cublas.gemm_grouped_batched_ex, "cublasGemmGroupedBatchedEx: not in this cuBLAS (12.5+)");
+      const cublasStatus_t st = cublas.gemm_grouped_batched_ex(
           m.handle, ta.data(), tb.data(), mm.data(), nn.data(), kk.data(), alpha.data(), A,
           CUDA_R_16BF, lda.data(), B, CUDA_R_16BF, ldb.data(), beta.data(), C, CUDA_R_16BF,
           ldc.data(), na, gs.data(), CUBLAS_COMPUTE_32F);
@@ -206,7 +210,7 @@ void CublasBaseline::forward(const uint16_t* hidden, uint16_t* out, cudaStream_t
                                    : static_cast<const void*>(m.act.get<uint16_t>() + off * m.I);
         void* c = which == 0 ? static_cast<void*>(m.y1.get<uint16_t>() + off * 2 * m.I)
                              : static_cast<void*>(m.y2.get<uint16_t>() + off * m.H);
-        FP4MOE_CUBLAS_CHECK(cublasGemmEx(m.handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out),
+        FP4MOE_CUBLAS_CHECK(cublas.gemm_ex(m.handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out),
                                          m.counts[g], static_cast<int>(kdim), &alpha, a, CUDA_R_16BF,
                                          static_cast<int>(kdim), b, CUDA_R_16BF, static_cast<int>(kdim),
                                          &beta, c, CUDA_R_16BF, static_cast<int>(n_out),
