@@ -66,15 +66,15 @@ class Bf16Gemm {
     fill_random_bf16<<<sm_count() * 8, 256>>>(a_.get<__nv_bfloat16>(), elems, 1);
     fill_random_bf16<<<sm_count() * 8, 256>>>(b_.get<__nv_bfloat16>(), elems, 2);
     FP4MOE_CUDA_CHECK_LAUNCH();
-    FP4MOE_CUBLAS_CHECK(CublasApi::get().create(&h_));
+    FP4MOE_CUBLAS_CHECK(cublas_.create(&h_));
   }
-  ~Bf16Gemm() { CublasApi::get().destroy(h_); }
+  ~Bf16Gemm() { cublas_.destroy(h_); }
   Bf16Gemm(const Bf16Gemm&) = delete;
   Bf16Gemm& operator=(const Bf16Gemm&) = delete;
 
   void run() {
     const float alpha = 1.0f, beta = 0.0f;
-    FP4MOE_CUBLAS_CHECK(CublasApi::get().gemm_ex(h_, CUBLAS_OP_N, CUBLAS_OP_N, n_, n_, n_, &alpha, a_.get(), CUDA_R_16BF, n_,
+    FP4MOE_CUBLAS_CHECK(cublas_.gemm_ex(h_, CUBLAS_OP_N, CUBLAS_OP_N, n_, n_, n_, &alpha, a_.get(), CUDA_R_16BF, n_,
                                      b_.get(), CUDA_R_16BF, n_, &beta, c_.get(), CUDA_R_16BF, n_,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
@@ -93,6 +93,7 @@ class Bf16Gemm {
 
  private:
   static int64_t bytes(int n) { return static_cast<int64_t>(n) * n * 2; }
+  const CublasApi& cublas_ = CublasApi::get();  // (loaded before the buffers: a missing library costs no GPU work)
   int n_;
   DeviceBuffer a_, b_, c_;
   cublasHandle_t h_ = nullptr;

@@ -23,10 +23,9 @@ const CublasApi& CublasApi::get() {
     lib.bind(a.destroy, FP4MOE_CUBLAS_SYMBOL(cublasDestroy));
     lib.bind(a.set_stream, FP4MOE_CUBLAS_SYMBOL(cublasSetStream));
     lib.bind(a.gemm_ex, FP4MOE_CUBLAS_SYMBOL(cublasGemmEx));
+    lib.bind_optional(a.gemm_grouped_batched_ex, FP4MOE_CUBLAS_SYMBOL(cublasGemmGroupedBatchedEx));
     FP4MOE_CHECK(lib.ok(), "bench: ", lib.failure(),
                  " (the ceilings and the baseline need cuBLAS; set FP4MOE_CUBLAS_LIBRARY to its file)");
-    RuntimeLibrary optional("cuBLAS", file);  // (a missing grouped GEMM is no failure)
-    optional.bind(a.gemm_grouped_batched_ex, FP4MOE_CUBLAS_SYMBOL(cublasGemmGroupedBatchedEx));
     return a;
   }();
   return api;

@@ -13,6 +13,7 @@
 #include "cli/shape_options.h"
 #include "cli/validators.h"
 #include "fp4moe/error.h"
+#include "io/json_document.h"
 #include "io/modelopt.h"
 #include "io/text_file.h"
 
@@ -24,12 +25,13 @@ namespace {
 // checkpoint's config and shards would be replaced without a word.
 bool is_synth_output(const std::filesystem::path& dir) {
   try {
-    const std::optional<std::string> text = read_text_file((dir / "hf_quant_config.json").string());
+    const std::string file = (dir / "hf_quant_config.json").string();
+    const std::optional<std::string> text = read_text_file(file);
     if (!text) return false;
-    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json j = parse_json_document(*text, file);
     return j.is_object() && j.contains("producer") && j["producer"].is_object() &&
            j["producer"].value("version", "") == "fp4moe synthetic";
-  } catch (const std::exception&) {  // not a regular file, too large, unreadable: not ours
+  } catch (const std::exception&) {  // not a regular file, too large, unreadable, not JSON: not ours
     return false;
   }
 }

@@ -29,6 +29,11 @@ class RuntimeLibrary {
     fn = handle_ ? reinterpret_cast<Fn*>(dlsym(handle_, name)) : nullptr;
     if (!fn && failure_.empty()) failure_ = what_ + " library " + file_ + " has no symbol " + name;
   }
+  // The same for a symbol that later versions added: nullptr where it is missing, no failure.
+  template <typename Fn>
+  void bind_optional(Fn*& fn, const char* name) {
+    fn = handle_ ? reinterpret_cast<Fn*>(dlsym(handle_, name)) : nullptr;
+  }
 
  private:
   std::string what_, file_;

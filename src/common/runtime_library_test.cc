@@ -15,6 +15,10 @@ TEST(RuntimeLibrary, BindsWhatIsThereAndNamesTheFirstSymbolThatIsNot) {
   ASSERT_NE(length, nullptr);
   EXPECT_EQ(length("fp4moe"), 6u);
   EXPECT_TRUE(libc.ok());
+  void (*optional)() = reinterpret_cast<void (*)()>(1);
+  libc.bind_optional(optional, "fp4moe_no_such_symbol");  // a later version's symbol: no failure
+  EXPECT_EQ(optional, nullptr);
+  EXPECT_TRUE(libc.ok());
   void (*missing)() = nullptr;
   libc.bind(missing, "fp4moe_no_such_symbol");
   EXPECT_EQ(missing, nullptr);

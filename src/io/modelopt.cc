@@ -268,6 +268,18 @@ ModelInfo read_model_info(const Checkpoint& ckpt) {
 
 namespace {
 
+// Every value of tensor `name` finite, else an error naming it and the index ([row, column] with
+// `cols` > 0): NaN passes every comparison of the routing's sorts.
+void require_finite(const Checkpoint& ckpt, const std::string& name, const std::vector<float>& v, int64_t cols) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (std::isfinite(v[i])) continue;
+    const int64_t at = static_cast<int64_t>(i);
+    FP4MOE_FAIL(ckpt.dir(), ": tensor '", name, "' [",
+                cols > 0 ? std::to_string(at / cols) + ", " + std::to_string(at % cols) : std::to_string(at), "] is ",
+                v[i]);
+  }
+}
+
 // load_moe_layer, or with `check_only` the same walk over the layer's tensors without copying a
 // weight (check_moe_layer).
 MoeWeights read_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int layer, const Shard& shard,
@@ -285,15 +297,11 @@ MoeWeights read_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int lay
   MoeWeights w;
   w.config = shard_config(cfg, shard);  // validates the split
   // The router's [E, H] first: it confirms config.json's expert count before E slots are made.
-  // The router and the bias are read in either mode (kilobytes to megabytes), and must be finite:
-  // NaN passes every comparison of the routing's sorts.
+  // The router and the bias are read in either mode (kilobytes to megabytes), and must be finite.
   const std::string router = prefix + ".gate.weight";
   w.router_weight =
       to_floats(expect(ckpt, router, {StDtype::kBF16, StDtype::kF32, StDtype::kF16}, {cfg.num_experts, cfg.hidden}));
-  for (size_t i = 0; i < w.router_weight.size(); ++i)
-    FP4MOE_CHECK(std::isfinite(w.router_weight[i]), ckpt.dir(), ": tensor '", router, "' [",
-                 static_cast<int64_t>(i) / cfg.hidden, ", ", static_cast<int64_t>(i) % cfg.hidden, "] is ",
-                 w.router_weight[i]);
+  require_finite(ckpt, router, w.router_weight, cfg.hidden);
   w.experts.resize(cfg.num_experts);
   const bool tp = shard.mode == ShardMode::kTensor;
   const IndexRange mine = tp ? IndexRange{0, cfg.num_experts} : ep_experts(cfg.num_experts, shard);
@@ -308,9 +316,7 @@ MoeWeights read_moe_layer(const Checkpoint& ckpt, const ModelInfo& info, int lay
   const std::string bias = prefix + ".gate.e_score_correction_bias";
   if (ckpt.contains(bias)) {
     w.correction_bias = to_floats(expect(ckpt, bias, {StDtype::kF32, StDtype::kBF16}, {cfg.num_experts}));
-    for (size_t e = 0; e < w.correction_bias.size(); ++e)
-      FP4MOE_CHECK(std::isfinite(w.correction_bias[e]), ckpt.dir(), ": tensor '", bias, "' [", e, "] is ",
-                   w.correction_bias[e]);
+    require_finite(ckpt, bias, w.correction_bias, 0);
   } else {
     FP4MOE_CHECK(cfg.routing.mode != RoutingMode::kSigmoidNoAuxTc, ckpt.dir(), ": missing tensor '", bias,
                  "' (noaux_tc routing needs it)");
