@@ -15,7 +15,8 @@
 //     their partial tiles in shared memory in warp order - no cross-CTA fix-up, reproducible.
 //   - FC2's CTA owns output rows for every group the batch chose: each group's partial tile is
 //     scaled per column by that token's routing weight (zero where the token did not choose
-//     the group) and summed in ascending group order - the finalize is the epilogue, no
+//     the group) and summed in a fixed order (each warp its contiguous run of (group, K
+//     group) items, then the warps' sums in warp order) - the finalize is the epilogue, no
 //     slot-sum launch, deterministic.
 // Columns of tokens that did not choose a group cost MMA issue slots only: at these sizes the
 // tensor cores are idle anyway, the bytes of weights are what counts.
@@ -247,8 +248,9 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, gemv_min_ctas
         const int my_blocks = blocks_of_cta(row_blocks);  // FC2's blocks are its row blocks
         for (int i = tid; i < pairs * my_blocks * KG; i += kThreads) {
           const int pair = i % pairs, rest = i / pairs, bi = rest % my_blocks, kg = rest / my_blocks;
-          // (clamped: a flag left raised by an earlier call would let stale ids through here)
-          const int e = pair < T * K_top ? min(max(rp.topk_ids[pair], 0), E) : E;
+          // (clamped to a routed expert: a flag left raised by an earlier call would let stale
+          // ids through here; E itself is the shared expert, past the weights where there is none)
+          const int e = pair < T * K_top ? min(max(rp.topk_ids[pair], 0), E - 1) : E;
           const int rt0 = (blockIdx.x + bi * gridDim.x) * kRT, rts = min(kRT, p.rowtiles - rt0);
           const int64_t tile = static_cast<int64_t>(kg) * p.rowtiles + rt0;
           w4a16::prefetch_l2(p.weights + e * expert_wbytes + tile * 2048, rts * 2048);

@@ -21,8 +21,8 @@
 // thread a 16-byte piece, swizzled). The weights and scales of a stage are two contiguous runs
 // (prepack_layout.h): on sm_90+ one thread moves each with one bulk copy (cp.async.bulk,
 // completing on the stage's mbarrier); before sm_90, cp.async by every thread. Decode is bound
-// by instruction issue as much as by DRAM (the dequantization costs ~14 instructions per 32-bit
-// word of weights), and per-thread copies of the weights cost a quarter more instructions per
+// by instruction issue as much as by DRAM (a 32-bit word of weights costs 8 bit operations to
+// dequantize, dequant_nvfp4.cuh, plus its block scales' multiplies and its share of the MMA), and per-thread copies of the weights cost a quarter more instructions per
 // stage than the MMAs' dequantization leaves room for.
 //
 // Warps: kWarpsRow x kWarpsTok; warp (wr, wt) owns row tiles [wr * kRpw, ...) and token n8

@@ -45,8 +45,9 @@
 // the last to arrive sums the chunks in order and applies SwiGLU. Either way the CTA that wrote
 // act raises fc1_done[a] (release). FC2 item: the consumers store its partial tile times the
 // token's routing weight and the group's global scale to fc2_part, the epilogue warp raises
-// fc2_done[rb]. Finalize item rb: each output value is the sum over the token's slots (slot
-// order), over the K chunks (in order).
+// fc2_done[rb]. Finalize item rb: each output value is the sum over the token's slots and K
+// chunks in a fixed order (for T <= 4 the slots dealt over 2-8 lanes, each lane's in order, the
+// lanes then combined by a butterfly): deterministic, though not the other families' order.
 // Columns of tokens a group does not serve are computed and never stored (their B rows are not
 // copied: whatever the MMA makes of them stays in their own columns).
 //
@@ -378,7 +379,10 @@ __global__ void __launch_bounds__(decode_tactic(kCode).warps * 32, fused_min_cta
             if (last) *arrivals = 0;  // ready for the next launch
           }
           if (__shfl_sync(0xffffffffu, last, 0)) {
-            __threadfence();  // every lane acquires the other chunks' partials (lane 0's acquire)
+            // A shuffle carries the value, not the memory order: the warp barrier puts lane 0's
+            // acquire before every lane's loads of the other chunks' partials.
+            __syncwarp();
+            __threadfence();
             fused_fc1_reduce<Tr>(p, it, G, lane, T, slots, shared && it.a == 0 ? K_top : -1, col_slot);
             complete = true;
           }
