@@ -17,8 +17,9 @@ failures = []
 USAGE, FAILURE = 2, 1
 
 
-def run(*args, expect_rc=0):
-    p = subprocess.run([FP4MOE, *args], capture_output=True, text=True, timeout=600)
+def run(*args, expect_rc=0, env=None):
+    p = subprocess.run([FP4MOE, *args], capture_output=True, text=True, timeout=600,
+                       env=None if env is None else dict(os.environ, **env))
     # The exact code: an error is exit 1, and a crash after the error line (a signal: negative)
     # or a stray code must not pass as it.
     if p.returncode != expect_rc:
@@ -164,6 +165,11 @@ expect_errors([
 p = run("tune", "--tokens", "1", "--cuda-device", "1023", expect_rc=FAILURE)
 check(p.stderr.startswith("fp4moe: error: tune: --cuda-device 1023: ") or
       p.stderr == "fp4moe: error: tune: this build has no CUDA\n", f"tune --cuda-device 1023: {p.stderr!r}")
+# tune finds a cache directory it cannot write before it tunes anything (here one that cannot be
+# made: root may write anywhere else).
+p = run("tune", "--tokens", "1", expect_rc=FAILURE, env={"FP4MOE_CACHE_DIR": "/proc/fp4moe-cache"})
+check(p.stderr.startswith("fp4moe: error: /proc/fp4moe-cache: cannot create the tuning cache directory (") or
+      p.stderr == "fp4moe: error: tune: this build has no CUDA\n", f"tune with an unwritable cache: {p.stderr!r}")
 # tactics: names checked before the table; a family without the epilogue says so.
 p = run("tactics", "--gpu", "h200", "--family", "bogus", expect_rc=USAGE)
 check(p.stdout == "", f"tactics printed before refusing --family bogus: {p.stdout[:200]}")
@@ -213,8 +219,10 @@ with tempfile.TemporaryDirectory() as d:
                           "cannot stat")
     # A JSON write that fails only at the close (a full device) is an error, not "wrote".
     if os.path.exists("/dev/full"):
+        # (the CPU path: on a GPU machine the GPU bench would need cuBLAS before the write)
         expect_one_line_error(run("bench", "--preset", "glm5-tp8", "--tokens", "1", "--cpu-max-tokens", "0",
-                                  "--json", "/dev/full", expect_rc=FAILURE), "/dev/full: write failed")
+                                  "--json", "/dev/full", expect_rc=FAILURE, env={"CUDA_VISIBLE_DEVICES": ""}),
+                              "/dev/full: write failed")
     np.save(os.path.join(d, "odd.npy"), w[:, :40])
     expect_one_line_error(
         run("quantize", os.path.join(d, "odd.npy"), os.path.join(d, "o"), expect_rc=FAILURE),

@@ -84,11 +84,16 @@ class TuningCache {
   static std::string directory();
   static std::string file_for(int sm, const std::string& build = build_id());
 
+  // Which files' entries load() takes: this build's only (what planning and merging use: another
+  // build's kernels may differ, so its winners are not this build's), or any build's (to list
+  // them, with a warning that this build does not use them).
+  enum class Builds { kThisOne, kAny };
   // Loads `path`; problems go to `warnings` (one line each) and the bad parts are skipped.
-  static TuningCache load(const std::string& path, std::vector<std::string>* warnings = nullptr);
+  static TuningCache load(const std::string& path, std::vector<std::string>* warnings = nullptr,
+                          Builds builds = Builds::kThisOne);
   // The same from a file's text (`label` names it in the warnings): never throws on any text.
   static TuningCache from_text(const std::string& text, const std::string& label,
-                               std::vector<std::string>* warnings = nullptr);
+                               std::vector<std::string>* warnings = nullptr, Builds builds = Builds::kThisOne);
 
   // Entries for this identity only; nullopt when none.
   std::optional<CacheEntry> find(const CacheIdentity& id, const GemmKey& g, int64_t bucket) const;

@@ -6,6 +6,7 @@
 #include "cli/validators.h"
 #include "fp4moe/error.h"
 #include "fp4moe/hw.h"
+#include "fp4moe/moe.h"
 #include "fp4moe/resource_model.h"
 
 namespace fp4moe::cli {
@@ -19,7 +20,8 @@ struct TacticsArgs {
   int experts = 257;
   bool no_shared_expert = false;
   int tokens = 8;  // w4a16_gemv: the batch it stages, the GEMM's K, slots per token
-  int k = 6144;
+  int k = 6144;    // given: both GEMMs'; else glm5's per GEMM (FC1 the hidden 6144, FC2 the
+  bool k_given = false;  // intermediate 2048)
   int slots = 9;
   bool json = false;
   bool explain = false;
@@ -58,9 +60,16 @@ void run_tactics(const TacticsArgs& a) {
     gpu = resolve_gpu(a.gpu);
   } catch (const Error& e) {
     if (a.gpu == "current")
-      FP4MOE_FAIL(e.what(), "; pass --gpu NAME (", "h100, h200, b200, rtx-pro-6000, rtx-5090, gb10)");
+      FP4MOE_FAIL(e.what(), "; pass --gpu NAME (", "a100, h100, h200, b200, rtx-pro-6000, rtx-5090, gb10)");
     throw;
   }
+  // On a live GPU each row also gets the runtime's figures for our compiled kernel, where this
+  // build's machine code runs there; and the GPU modelled is the one the layer plans for: where
+  // the driver JIT-compiles an earlier version's PTX (80-virtual on an H100), that version's
+  // (no wgmma, no fused kernel), as the layer and the tuner see it.
+  const BuildSupport support = gpu.live ? build_support_for(gpu) : BuildSupport{};
+  const int real_sm = gpu.sm;
+  if (gpu.live) gpu = gpu_for_build(gpu, support);
   const DataType dtype = parse_data_type(a.dtype);
   Epilogue ep = epilogue_of(a.epilogue);
   ModelOptions opt;
@@ -76,9 +85,10 @@ void run_tactics(const TacticsArgs& a) {
                 gpu.name.c_str(), gpu.arch_name().c_str(), gpu.sm_count,
                 static_cast<long long>(gpu.smem_per_block_optin), static_cast<long long>(gpu.smem_per_sm),
                 to_string(dtype), a.epilogue.c_str());
-  // On a live GPU each row also gets the runtime's figures for our compiled kernel, where this
-  // build's machine code runs there.
-  const BuildSupport support = gpu.live ? build_support_for(gpu) : BuildSupport{};
+  if (gpu.sm != real_sm && !a.json)
+    std::printf("modelled as sm_%d: the GPU is sm_%d, and this build runs there as sm_%d code (JIT-compiled "
+                "PTX); the layer plans for that\n\n",
+                gpu.sm, real_sm, gpu.sm);
   if (gpu.live && !support.runs && !a.json)
     std::printf("no measured figures: %s\n\n", support.why.c_str());
   for (Family f : families(a.family)) {
@@ -100,9 +110,12 @@ void run_tactics(const TacticsArgs& a) {
                   "kernel", "total", "limit", "verdict", "reason");
     }
     for (const Tactic& t : rows) {
-      const ResourceReport r = model_resources(t, gpu, dtype, opt);
+      // The finalize GEMM is FC2, whose K is the intermediate size: glm5's unless --k was given.
+      ModelOptions row_opt = opt;
+      if (!a.k_given && t.epilogue == Epilogue::kFinalize) row_opt.k = MoeConfig::glm5().intermediate;
+      const ResourceReport r = model_resources(t, gpu, dtype, row_opt);
       std::optional<CompiledKernelInfo> live;
-      if (support.runs) live = query_compiled_kernel(t, opt, gpu.device_index);  // --gpu current:N's device
+      if (support.runs) live = query_compiled_kernel(t, row_opt, gpu.device_index);  // --gpu current:N's device
       const char* verdict = !r.supported ? "n/a" : r.fits ? "fits" : "NO FIT";
       if (a.json) {
         nlohmann::json j = {{"tactic", format_tactic(t)}, {"gpu", gpu.name}, {"dtype", to_string(dtype)},
@@ -149,7 +162,7 @@ void run_tactics(const TacticsArgs& a) {
 void register_tactics(CLI::App& app) {
   auto a = std::make_shared<TacticsArgs>();
   auto* cmd = app.add_subcommand("tactics", "Shared-memory model of each tactic on a GPU: fits or not, and why");
-  cmd->add_option("--gpu", a->gpu, "GPU: a table name (h100, h200, b200, rtx-pro-6000, rtx-5090, gb10) or current[:N]");
+  cmd->add_option("--gpu", a->gpu, "GPU: a table name (a100, h100, h200, b200, rtx-pro-6000, rtx-5090, gb10) or current[:N]");
   // Checked as parsed, so that a bad name is refused before any of the table is printed.
   cmd->add_option("--family", a->family,
                   "w4a16_mma, w4a16_wgmma, w4a16_gemv, w4a16_fused, cutlass_sm120, cutlass_sm100, or all")
@@ -165,7 +178,7 @@ void register_tactics(CLI::App& app) {
   cmd->add_flag("--no-shared-expert", a->no_shared_expert,
                 "Every group is a routed expert (the small-batch and fused families route 256 at most)");
   cmd->add_option("--tokens", a->tokens, "w4a16_gemv: tokens of the batch it stages")->transform(IntegerIn(1, 8));
-  cmd->add_option("--k", a->k, "w4a16_gemv: the GEMM's K (FC1: hidden, FC2: intermediate)")
+  cmd->add_option("--k", a->k, "w4a16_gemv: the GEMM's K, for both epilogues' rows (default: glm5's, FC1 6144, FC2 2048)")
       ->transform(MultipleOf(16, 1 << 20, 16, "the NVFP4 block size"));
   cmd->add_option("--slots", a->slots, "w4a16_gemv, w4a16_fused: slots per token (top-k, +1 with a shared expert)")
       ->transform(IntegerIn(1, 33));
@@ -178,6 +191,7 @@ void register_tactics(CLI::App& app) {
     for (const char* o : {"--tokens", "--k"})
       FP4MOE_CHECK(cmd->count(o) == 0 || a->family == "all" || a->family == "w4a16_gemv", o,
                    " sizes the batch w4a16_gemv stages; --family ", a->family, " does not read it");
+    a->k_given = cmd->count("--k") > 0;
     FP4MOE_CHECK(cmd->count("--slots") == 0 || a->family == "all" || a->family == "w4a16_gemv" ||
                      a->family == "w4a16_fused",
                  "--slots sizes the routing w4a16_gemv and w4a16_fused stage; --family ", a->family,

@@ -1,10 +1,13 @@
 // fp4moe tune: measure every admissible tactic of a layer's GEMMs at each token bucket and store
 // the winners in the tuning cache. fp4moe cache path|list|show|clear: inspect or reset it.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -55,6 +58,23 @@ void require_cache_directory() {
 }
 
 #ifdef FP4MOE_WITH_CUDA
+// Where tune stores its buckets, made if missing and found writable before the first bucket is
+// timed: a read-only home would otherwise end a run of minutes at its first store.
+void require_writable_cache_directory() {
+  namespace fs = std::filesystem;
+  const std::string dir = TuningCache::directory();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  FP4MOE_CHECK(!ec, dir, ": cannot create the tuning cache directory (", ec.message(),
+               "); set FP4MOE_CACHE_DIR to a writable directory");
+  const std::string probe = (fs::path(dir) / (".tune-probe." + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+  FP4MOE_CHECK(fd >= 0, dir, ": the tuning cache directory is not writable (", std::strerror(errno),
+               "); set FP4MOE_CACHE_DIR to a writable directory");
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
 // One GEMM's result at a bucket: the winner and runner-up, the other timed tactics, the rejected
 // ones with their reasons.
 void print_result(const TuneResult& r, double margin) {
@@ -142,6 +162,7 @@ void run_tune(const TuneArgs& a) {
   FP4MOE_FAIL("tune: this build has no CUDA");
 #else
   const auto t0 = std::chrono::steady_clock::now();
+  require_writable_cache_directory();
   const CudaEnvironment env = query_cuda_environment();
   const GpuSpec& gpu = require_cuda_device(env, a.cuda, "tune");
   const BuildSupport support = build_support_for(gpu);
@@ -185,10 +206,7 @@ void run_tune(const TuneArgs& a) {
   std::vector<std::string> warnings;  // the cache file's, once each
   auto seconds = [t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   o.on_bucket = [&](const TuneResult& fc1, const TuneResult& fc2) {
-    std::vector<std::string> w2;
-    TuningCache::merge_into_file(path, cache_entries({fc1, fc2}, id), &w2);
-    for (auto& x : w2)
-      if (std::find(warnings.begin(), warnings.end(), x) == warnings.end()) warnings.push_back(std::move(x));
+    // Shown and in the JSON first: a store that fails (a full disk) loses no measurement.
     if (tty) std::fprintf(stderr, "\r\033[K");
     for (const TuneResult* r : {&fc1, &fc2}) {
       print_result(*r, a.margin);
@@ -197,6 +215,10 @@ void run_tune(const TuneArgs& a) {
     print_pairs(fc1, fc2);
     std::fflush(stdout);
     if (!a.json.empty()) write_json(a.json, id, seconds(), finished, false);
+    std::vector<std::string> w2;
+    TuningCache::merge_into_file(path, cache_entries({fc1, fc2}, id), &w2);
+    for (auto& x : w2)
+      if (std::find(warnings.begin(), warnings.end(), x) == warnings.end()) warnings.push_back(std::move(x));
   };
   tune_layer(*layer, w, o);
   if (tty) std::fprintf(stderr, "\r\033[K");
@@ -248,10 +270,11 @@ void run_cache(const CacheArgs& a) {
     FP4MOE_CHECK(!ec, dir, ": cannot list the tuning cache directory (", ec.message(), ")");
   }
   std::sort(files.begin(), files.end());
-  // Each file's entries and warnings. A file named by --file that yields nothing but warnings is
-  // not a cache at all: an error (in the directory, such a file is listed with its warnings).
+  // Each file's entries and warnings, another build's included (listed as not used). A file named
+  // by --file that yields nothing but warnings is not a cache at all: an error (in the directory,
+  // such a file is listed with its warnings).
   auto load = [&a](const std::string& f, std::vector<std::string>* w) {
-    TuningCache c = TuningCache::load(f, w);
+    TuningCache c = TuningCache::load(f, w, TuningCache::Builds::kAny);
     FP4MOE_CHECK(a.file.empty() || !c.entries().empty() || w->empty(), "cache ", a.action, ": --file ", f,
                  ": not a tuning cache (", printable(w->front()), ")");
     return c;

@@ -37,9 +37,11 @@ std::string lower(std::string s) {
 
 const std::vector<GpuSpec>& known_gpus() {
   constexpr int64_t MB = 1024 * 1024;
-  // Hopper and B200: 227 KB per block, 228 KB per SM. sm_120/121: 99 KB per block, 100 KB per
-  // SM, 1536 threads per SM. L2 sizes are the vendors' figures (the H200's as measured here).
+  // A100: 163 KB per block, 164 KB per SM. Hopper and B200: 227 KB per block, 228 KB per SM.
+  // sm_120/121: 99 KB per block, 100 KB per SM, 1536 threads per SM. L2 sizes are the vendors'
+  // figures (the H200's as measured here).
   static const std::vector<GpuSpec> table = {
+      entry("NVIDIA A100 SXM 80GB", "a100", 80, 108, 166912, 167936, 40 * MB, 2039, 312, 0, 0, 2048),
       entry("NVIDIA H100 SXM", "h100", 90, 132, 232448, 233472, 50 * MB, 3350, 989, 1979, 0, 2048),
       entry("NVIDIA H200 SXM", "h200", 90, 132, 232448, 233472, 60 * MB, 4800, 989, 1979, 0, 2048),
       entry("NVIDIA B200", "b200", 100, 148, 232448, 233472, 126 * MB, 8000, 2250, 4500, 9000,

@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -135,7 +134,7 @@ bool same_slot(const CacheEntry& a, const CacheEntry& b) {
 // Parses file text; problems are warnings, never errors. *rejected: the file was ignored as a
 // whole (not one of this schema and build), as opposed to some of its entries.
 std::vector<CacheEntry> parse(const std::string& text, const std::string& path, std::vector<std::string>* w,
-                              bool* rejected) {
+                              bool* rejected, TuningCache::Builds builds) {
   std::vector<CacheEntry> out;
   auto warn = [&](const std::string& m) { if (w) w->push_back(path + ": " + m); };
   auto reject = [&](const std::string& m) {
@@ -152,8 +151,11 @@ std::vector<CacheEntry> parse(const std::string& text, const std::string& path, 
   if (!j.is_object() || string_member(j, "schema", "") != kSchema)
     return reject("schema " + (j.is_object() ? string_member(j, "schema", "?") : std::string("?")) +
                   ", this build reads " + kSchema + ": ignored");
-  if (string_member(j, "library", "") != build_id())
-    return reject("written by fp4moe " + string_member(j, "library", "?") + ", this is " + build_id() + ": ignored");
+  if (string_member(j, "library", "") != build_id()) {
+    const std::string other = "written by fp4moe " + string_member(j, "library", "?") + ", this is " + build_id();
+    if (builds == TuningCache::Builds::kThisOne) return reject(other + ": ignored");
+    warn(other + ": listed, not used by this build");
+  }
   if (!j.contains("entries") || !j["entries"].is_array()) return reject("no entries array: ignored");
   for (const auto& e : j["entries"]) {
     try {
@@ -243,7 +245,7 @@ std::string TuningCache::file_for(int sm, const std::string& build) {
   return directory() + "/tuning-" + build + "-sm_" + std::to_string(sm) + ".json";
 }
 
-TuningCache TuningCache::load(const std::string& path, std::vector<std::string>* warnings) {
+TuningCache TuningCache::load(const std::string& path, std::vector<std::string>* warnings, Builds builds) {
   TuningCache c;
   c.path_ = path;
   // Only a regular file of a sane size is read (a FIFO would block the open, /dev/zero never
@@ -259,14 +261,14 @@ TuningCache TuningCache::load(const std::string& path, std::vector<std::string>*
     return c;
   }
   if (!text) return c;  // no cache yet
-  return from_text(*text, path, warnings);
+  return from_text(*text, path, warnings, builds);
 }
 
 TuningCache TuningCache::from_text(const std::string& text, const std::string& label,
-                                   std::vector<std::string>* warnings) {
+                                   std::vector<std::string>* warnings, Builds builds) {
   TuningCache c;
   c.path_ = label;
-  c.entries_ = parse(text, label, warnings, &c.rejected_);
+  c.entries_ = parse(text, label, warnings, &c.rejected_, builds);
   return c;
 }
 
@@ -333,6 +335,44 @@ class CacheFileLock {
   std::string lock_path_;
   int fd_ = -1;
 };
+// `text` into a new file at `path` (one this process names: refused if it exists or is a link),
+// on the disk before this returns: renamed over the cache afterwards, a file whose data were
+// still in the page cache would after a crash be an empty cache, and every entry lost. On any
+// failure the file is removed and the error names it.
+void write_durably(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
+  FP4MOE_CHECK(fd >= 0, path, ": cannot write (", std::strerror(errno), ")");
+  const char* p = text.data();
+  size_t left = text.size();
+  int err = 0;
+  while (left > 0 && err == 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) err = n < 0 ? errno : EIO;
+    else {
+      p += n;
+      left -= static_cast<size_t>(n);
+    }
+  }
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    ::unlink(path.c_str());
+    FP4MOE_FAIL(path, ": write failed (", std::strerror(err), ")");
+  }
+}
+
+// The directory's entries (a rename into it) on the disk. Where the file system does not sync
+// directories (EINVAL), there is nothing more to do.
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // the rename is done; only its durability is unconfirmed
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  FP4MOE_CHECK(rc == 0 || err == EINVAL || err == EROFS, dir, ": cannot sync the directory (", std::strerror(err), ")");
+}
+
 }  // namespace
 
 void TuningCache::remove_file(const std::string& path) {
@@ -362,19 +402,24 @@ TuningCache TuningCache::merge_into_file(const std::string& path, const std::vec
   }
   for (const auto& e : entries) merged.put(e);
   const int sm = entries.empty() ? (merged.entries_.empty() ? 0 : merged.entries_[0].id.sm) : entries[0].id.sm;
+  // Temporary files exist only while a writer holds the lock: any found now is what a killed
+  // writer left, and goes.
+  const std::string tmp_prefix = p.filename().string() + ".tmp.";
+  for (fs::directory_iterator it(p.has_parent_path() ? p.parent_path() : fs::path("."), ec), end; !ec && it != end;
+       it.increment(ec))
+    if (it->path().filename().string().starts_with(tmp_prefix) && it->is_regular_file(ec)) {
+      std::error_code ignored;  // a file another user owns stays: this write does not need its name
+      fs::remove(it->path(), ignored);
+    }
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  try {
-    std::ofstream f(tmp, std::ios::trunc);
-    FP4MOE_CHECK(f.good(), tmp, ": cannot write");
-    f << render(merged.entries_, sm);
-    f.close();
-    FP4MOE_CHECK(!f.fail(), tmp, ": write failed");
-    fs::rename(tmp, path, ec);  // atomic replacement: readers see the old or the new file, whole
-    FP4MOE_CHECK(!ec, path, ": cannot replace the cache file (", ec.message(), ")");
-  } catch (...) {
-    fs::remove(tmp, ec);  // no temporary file left behind
-    throw;
+  write_durably(tmp, render(merged.entries_, sm));
+  fs::rename(tmp, path, ec);  // atomic replacement: readers see the old or the new file, whole
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);  // no temporary file left behind
+    FP4MOE_FAIL(path, ": cannot replace the cache file (", ec.message(), ")");
   }
+  sync_directory(p.has_parent_path() ? p.parent_path().string() : ".");  // the rename itself survives a crash
   merged.path_ = path;
   return merged;
 }

@@ -106,6 +106,15 @@ TEST(TuningCache, AnotherBuildsFileIsNotRead) {
   EXPECT_TRUE(TuningCache::load(path, &w).entries().empty());
   ASSERT_EQ(w.size(), 1u);
   EXPECT_NE(w[0].find("+000000000000, this is " + id + ": ignored"), std::string::npos) << w[0];
+  // Listed (cache list / show) with its entries, said to be another build's, never found by this
+  // build's identity.
+  w.clear();
+  const TuningCache any = TuningCache::load(path, &w, TuningCache::Builds::kAny);
+  ASSERT_EQ(any.entries().size(), 1u);
+  EXPECT_EQ(any.entries()[0].id.library, other);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("+000000000000, this is " + id + ": listed, not used by this build"), std::string::npos) << w[0];
+  EXPECT_FALSE(any.find(entry(16, 8).id, entry(16, 8).gemm, 16));
 }
 
 // clear's removal waits for a tuner holding the directory's lock and leaves the lock file, so
@@ -117,11 +126,16 @@ TEST(TuningCache, RemovalTakesTheLock) {
   const int fd = ::open(lock.c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::flock(fd, LOCK_EX), 0);  // another open file description: the removal must wait
-  std::atomic<bool> removed{false};
+  std::atomic<bool> started{false}, removed{false};
   std::thread remover([&] {
+    started = true;
     TuningCache::remove_file(path);
     removed = true;
   });
+  // From the moment the thread is about to remove: a removal that did not wait for the lock has
+  // then had 200 ms to happen (a sleep from the thread's creation could pass on a busy machine
+  // before the thread ever ran).
+  while (!started.load()) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_FALSE(removed.load()) << "removed while a tuner held the lock";
   EXPECT_TRUE(fs::exists(path));
@@ -265,6 +279,23 @@ TEST(TuningCache, ImpossibleEntriesAndOddPathsAreReportedAndIgnored) {
   w.clear();
   EXPECT_TRUE(TuningCache::load(test::temp_dir().string(), &w).entries().empty());  // a directory
   EXPECT_EQ(w.size(), 1u);
+}
+
+// A writer killed between writing its temporary file and renaming it leaves the file behind; the
+// next merge (under the lock, when no writer can be mid-write) removes it, and leaves other
+// files alone.
+TEST(TuningCache, AKilledWritersTemporaryFileIsRemovedByTheNextMerge) {
+  const std::string path = fresh("cache_stale.json");
+  const std::string stale = path + ".tmp.999999999", other = path + ".notes";
+  std::ofstream(stale) << "{ half a file";
+  std::ofstream(other) << "mine";
+  TuningCache::merge_into_file(path, {entry(16, 8)});
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(other));
+  fs::remove(other);
+  std::vector<std::string> w;
+  EXPECT_EQ(TuningCache::load(path, &w).entries().size(), 1u);
+  EXPECT_TRUE(w.empty());
 }
 
 TEST(TuningCache, ConcurrentWritersLoseNothing) {
