@@ -74,6 +74,10 @@ struct Nvfp4Matrix {
 //   ratio  = amax(block) / (6 * global); a zero block takes ratio 1.0;
 //   scale  = e4m3_rne(clamp(ratio, 2^-9, 448))
 //   code   = e2m1_rne_satfinite(x / (float(scale) * global))
+// Byte for byte ModelOpt's except in two cases: a block whose ratio lies below 2^-9 (amax under
+// ~2.2e-6 of the matrix's) takes scale 2^-9 here, where a plain cast to E4M3 can round the
+// ratio to a zero scale (and the block's values to 0 or NaN); and -0.0 keeps its sign (code
+// 0x8), where a sign taken as x < 0 gives 0x0 - the same value.
 // Throws when cols is not a multiple of 16 or any element is NaN or Inf.
 Nvfp4Matrix quantize_nvfp4(std::span<const float> w, int64_t rows, int64_t cols);
 // The same with a given global scale (used when several tensors share one).

@@ -73,15 +73,17 @@ class GpuMoeLayer {
 
   // out [T, H] bf16 = MoE(hidden [T, H] bf16, router logits [T, E] fp32); all pointers are
   // device memory on the layer's GPU, hidden and out 16-byte aligned; out may be hidden itself
-  // (in place: every write of out follows every read of hidden). Enqueued on `stream`;
-  // returns without waiting. A token whose logits are not all finite gets a NaN output row (its
+  // (in place: every write of out follows every read of hidden). Enqueued on `stream`, a stream
+  // of the layer's GPU (0 and cudaStreamPerThread: that GPU's default streams); returns without
+  // waiting. A token whose logits are not all finite gets a NaN output row (its
   // routing weights are NaN; the other tokens are unaffected).
   // Calls share the layer's workspace, so they run one after another on the GPU: calls from
   // several threads are serialized on the host, and a call on another stream than the previous
   // call waits for that call's end (an event, no host wait). A captured call is ordered only when
   // its graph is launched: graph launches of one layer must not overlap each other or eager
   // calls (launch them on one stream, or order them with events). Batches that should overlap
-  // need a layer each.
+  // need a layer each. A graph captured from a layer's calls addresses the layer's memory:
+  // destroy it before the layer.
   virtual void forward(const uint16_t* hidden, const float* logits, int64_t tokens,
                        uint16_t* out, GpuStream stream, const LayerPlan* plan = nullptr) = 0;
 
@@ -103,6 +105,14 @@ class GpuMoeLayer {
   // H200 that boosts to 1.98: %globaltimer advances in steps); over a benchmark's replays it is
   // the clock the SMs had.
   virtual SmClockAccount read_clock_accounting() const = 0;
+  // For tests and the tuner: sizes the workspace for a batch of `tokens` under `plan` as forward()
+  // would, then fills the buffers that hold a call's intermediate values (routing weights, FC1's
+  // activations, gathered rows, stream-K partials, per-slot rows) with NaN bytes on `stream`,
+  // ordered like a call. A plan that reads any such value before writing it in the same call
+  // then gives NaN output instead of the right answer left there by an earlier call. Counters
+  // and indices are left alone: the kernels keep them consistent between calls. Not during a
+  // capture.
+  virtual void poison_workspace(int64_t tokens, const LayerPlan& plan, GpuStream stream) = 0;
   // Device views of the last forward's routing, for tests: [T, k] ids and weights.
   virtual const int32_t* topk_ids() const = 0;
   virtual const float* topk_weights() const = 0;
@@ -113,6 +123,8 @@ class GpuMoeLayer {
 // A host-side convenience around forward(): uploads hidden (float values, rounded to bf16) and
 // logits, runs the layer once for the output and the routing, then times `iters` CUDA-graph
 // replays (median, microseconds). For tools and tests; a serving loop calls forward() itself.
+// It reserves the layer's workspace for `tokens`, and with iters > 0 turns clock accounting on for
+// the replays and off at the end (resetting the counters), whatever happens.
 struct GpuLayerRun {
   std::vector<uint16_t> out;  // [T, H] bf16 bits
   Routing routing;            // what the GPU routed

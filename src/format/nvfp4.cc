@@ -1,6 +1,7 @@
 // NVFP4 block quantization (ModelOpt weight recipe, W4A4 activation recipe) and
 // dequantization. Arithmetic is float32 where the recipe is float32, so that codes and scales
-// agree element for element with ModelOpt and the GPU quantizers.
+// agree element for element with ModelOpt and the GPU quantizers - with two exceptions, equal
+// in value or better, that format.h names (a block ratio below E4M3's smallest subnormal; -0.0).
 #include <algorithm>
 #include <cmath>
 

@@ -63,6 +63,7 @@ Checkpoint Checkpoint::open(const std::string& dir) {
 const StTensorView& Checkpoint::tensor(const std::string& name) const {
   auto it = shard_of_.find(name);
   FP4MOE_CHECK(it != shard_of_.end(), dir_, ": checkpoint has no tensor '", name, "'");
+  const std::lock_guard<std::mutex> lock(*shards_mutex_);
   auto s = shards_.find(it->second);
   if (s == shards_.end()) {
     const std::string path = (std::filesystem::path(dir_) / it->second).string();

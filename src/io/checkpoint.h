@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,7 +35,11 @@ class Checkpoint {
  private:
   std::string dir_;
   std::map<std::string, std::string> shard_of_;  // tensor -> shard file
+  // Shards are opened on first use, from const calls of any thread (the loaders of two layers, or
+  // of two ranks, at once): the map is changed under the mutex. A view returned stays valid: the
+  // map's nodes and the files do not move.
   mutable std::map<std::string, std::unique_ptr<SafetensorsFile>> shards_;
+  mutable std::unique_ptr<std::mutex> shards_mutex_ = std::make_unique<std::mutex>();
 };
 
 }  // namespace fp4moe

@@ -1,5 +1,6 @@
 // Resource model, profile (a): our own kernel families; dispatch to profile (b) for CUTLASS.
 #include "fp4moe/resource_model.h"
+#include "plan/model_options.h"
 
 #include <algorithm>
 #include <sstream>
@@ -284,6 +285,14 @@ DataType parse_data_type(const std::string& s) {
   FP4MOE_FAIL("unknown data type '", s, "' (nvfp4, mxfp4, bf16)");
 }
 
+void check_model_options(const ModelOptions& opt, const char* who) {
+  FP4MOE_CHECK(opt.experts >= 1 && opt.experts <= (1 << 20), who, ": experts = ", opt.experts, " is outside [1, 2^20]");
+  FP4MOE_CHECK(opt.tokens >= 1 && opt.tokens <= (1 << 24), who, ": tokens = ", opt.tokens, " is outside [1, 2^24]");
+  FP4MOE_CHECK(opt.k >= 16 && opt.k <= (1 << 20) && opt.k % 16 == 0, who, ": K = ", opt.k,
+               " is not a multiple of 16 in [16, 2^20]");
+  FP4MOE_CHECK(opt.slots >= 1 && opt.slots <= (1 << 20) + 1, who, ": slots = ", opt.slots, " is outside [1, 2^20 + 1]");
+}
+
 ResourceReport model_resources(const Tactic& t, const GpuSpec& gpu, DataType dtype, const ModelOptions& opt) {
   FP4MOE_CHECK(gpu.smem_per_block_optin > 0, "resource model: GPU '", gpu.name,
                "' has no shared-memory limit");
@@ -291,14 +300,7 @@ ResourceReport model_resources(const Tactic& t, const GpuSpec& gpu, DataType dty
   // model forms from them (stage bytes, scheduler state, the batch staged) then fits an int and
   // is positive - a zero total once divided an SM's shared memory.
   if (const std::string e = tactic_range_error(t); !e.empty()) FP4MOE_FAIL("resource model: tactic ", format_tactic(t), ": ", e);
-  FP4MOE_CHECK(opt.experts >= 1 && opt.experts <= (1 << 20), "resource model: experts = ", opt.experts,
-               " is outside [1, 2^20]");
-  FP4MOE_CHECK(opt.tokens >= 1 && opt.tokens <= (1 << 24), "resource model: tokens = ", opt.tokens,
-               " is outside [1, 2^24]");
-  FP4MOE_CHECK(opt.k >= 16 && opt.k <= (1 << 20) && opt.k % 16 == 0, "resource model: K = ", opt.k,
-               " is not a multiple of 16 in [16, 2^20]");
-  FP4MOE_CHECK(opt.slots >= 1 && opt.slots <= (1 << 20) + 1, "resource model: slots = ", opt.slots,
-               " is outside [1, 2^20 + 1]");
+  check_model_options(opt, "resource model");
   switch (t.family) {
     case Family::kW4a16Mma: return model_w4a16(t, gpu, dtype, opt);
     case Family::kCutlassSm120: return model_cutlass_sm120(t, gpu, dtype, opt);

@@ -103,6 +103,12 @@ TEST(Routing, RejectsBadInput) {
   EXPECT_THROW(route_reference(few, std::vector<float>(8, 0.5f), 1, 8, {}), Error);
   // tokens x experts past int64 wrapped to a size that matched an empty logits span.
   EXPECT_THROW(route_reference(c, {}, int64_t{1} << 62, 4, {}), Error);
+  // The group scores, public on their own: no experts (it read the first of an empty group), a
+  // NaN (no order to sort by), groups that do not divide the experts.
+  EXPECT_THROW(expert_group_scores({}, 1), Error);
+  EXPECT_THROW(expert_group_scores(std::vector<double>{1, std::nan(""), 2, 3}, 2), Error);
+  EXPECT_THROW(expert_group_scores(std::vector<double>{1, 2, 3}, 2), Error);
+  EXPECT_EQ(expert_group_scores(std::vector<double>{1, 4, 2, 3}, 2), (std::vector<double>{5, 5}));
 }
 
 TEST(MoeConfigTest, PresetsAndValidation) {

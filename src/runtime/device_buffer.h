@@ -1,4 +1,6 @@
-// DeviceBuffer: an owning cudaMalloc allocation (moves, no copies).
+// DeviceBuffer: an owning cudaMalloc allocation (moves, no copies). Freed on the GPU it was
+// allocated on, whatever device the destroying thread has current (cudaFree would otherwise
+// create a context on that device: a layer of GPU 1 destroyed by a thread on GPU 0).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,12 +16,14 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t bytes) { resize(bytes); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)), device_(o.device_) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       release();
       ptr_ = std::exchange(o.ptr_, nullptr);
       bytes_ = std::exchange(o.bytes_, 0);
+      device_ = o.device_;
     }
     return *this;
   }
@@ -31,6 +35,7 @@ class DeviceBuffer {
   void resize(size_t bytes) {
     if (bytes <= bytes_) return;
     release();
+    FP4MOE_CUDA_CHECK(cudaGetDevice(&device_));
     FP4MOE_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
     bytes_ = bytes;
   }
@@ -39,13 +44,23 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
 
  private:
+  // Errors are dropped: a destructor must not throw, and at process exit the runtime may be gone.
   void release() {
-    if (ptr_) cudaFree(ptr_);
+    if (ptr_) {
+      int current = device_;
+      if (cudaGetDevice(&current) == cudaSuccess && current != device_ && cudaSetDevice(device_) == cudaSuccess) {
+        cudaFree(ptr_);  // waits for the work that may still use the buffer, as cudaFree does
+        (void)cudaSetDevice(current);
+      } else {
+        cudaFree(ptr_);
+      }
+    }
     ptr_ = nullptr;
     bytes_ = 0;
   }
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+  int device_ = 0;  // where ptr_ lives
 };
 
 // An owning non-blocking CUDA stream, destroyed on every way out of its scope (an exception

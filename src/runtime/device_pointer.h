@@ -13,7 +13,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <utility>
 
 #include "fp4moe/error.h"
 #include "kernels/common/cuda_check.h"
@@ -41,42 +40,15 @@ class RelaxedCaptureMode {
 //   rows 16 bytes at a time: cp.async, uint4 stores; the routing reads fp32 logits);
 // - each device memory of `device` or managed memory (which any GPU of a Linux host may touch);
 //   host memory, registered or not, and other GPUs' memory are refused, naming the argument;
+// - each mapped to its end: an array that runs past the last mapped byte (a batch larger than
+//   the buffer, a view near an allocation's end) is refused before a kernel writes past it. The
+//   driver knows allocations, not arrays: where another allocation follows directly, the two
+//   cannot be told from one mapped in pieces (a virtual address range mapped chunk by chunk, as
+//   PyTorch's expandable segments are), so an array running into it passes;
 // - out ([T, H] bf16, written while the inputs are read) either hidden itself (in place) or
 //   apart from hidden and from logits ([T, E] fp32): a part of either would be overwritten
 //   before it is read, and the output silently wrong.
-inline void check_layer_io(const char* call, const uint16_t* hidden, const float* logits, const uint16_t* out,
-                           int64_t tokens, int64_t hidden_size, int experts, int device) {
-  FP4MOE_CHECK(hidden && logits && out, call, ": null device pointer");
-  const auto overlap = [](const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
-    const uintptr_t pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-    return pa < pb + b_bytes && pb < pa + a_bytes;
-  };
-  const uint64_t rows_bytes = static_cast<uint64_t>(tokens) * static_cast<uint64_t>(hidden_size) * 2;
-  const uint64_t logits_bytes = static_cast<uint64_t>(tokens) * static_cast<uint64_t>(experts) * 4;
-  FP4MOE_CHECK(out == hidden || !overlap(out, rows_bytes, hidden, rows_bytes), call,
-               ": out overlaps hidden without being it (in place is out == hidden)");
-  FP4MOE_CHECK(!overlap(out, rows_bytes, logits, logits_bytes), call, ": out overlaps logits");
-  FP4MOE_CHECK(reinterpret_cast<uintptr_t>(hidden) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(logits) % 4 == 0,
-               call, ": hidden and out must be 16-byte aligned and logits 4-byte aligned");
-  const RelaxedCaptureMode relaxed;  // one switch for the three queries (an eager call pays ~1 us)
-  for (const auto& [what, p] : {std::pair<const char*, const void*>{"hidden", hidden}, {"logits", logits}, {"out", out}}) {
-    cudaPointerAttributes a{};
-    FP4MOE_CUDA_CHECK(cudaPointerGetAttributes(&a, p));
-    switch (a.type) {
-      case cudaMemoryTypeManaged:
-        break;
-      case cudaMemoryTypeDevice:
-        FP4MOE_CHECK(a.device == device, call, ": ", what, " is memory of GPU ", a.device, ", not of the layer's GPU ",
-                     device);
-        break;
-      case cudaMemoryTypeHost:
-        FP4MOE_FAIL(call, ": ", what, " is host memory (cudaHostAlloc or registered), not device memory of GPU ", device);
-      default:
-        FP4MOE_FAIL(call, ": ", what,
-                    " is not CUDA memory (a host allocation: malloc, new, std::vector), not device memory of GPU ", device);
-    }
-  }
-}
+void check_layer_io(const char* call, const uint16_t* hidden, const float* logits, const uint16_t* out,
+                    int64_t tokens, int64_t hidden_size, int experts, int device);
 
 }  // namespace fp4moe

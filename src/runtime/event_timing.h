@@ -17,6 +17,24 @@
 
 namespace fp4moe {
 
+// An owning CUDA event that records time, destroyed on every way out of its scope (a timing that
+// throws half way leaks none).
+class TimingEvent {
+ public:
+  TimingEvent() { FP4MOE_CUDA_CHECK(cudaEventCreate(&event_)); }
+  TimingEvent(TimingEvent&& o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
+  TimingEvent& operator=(TimingEvent&&) = delete;
+  TimingEvent(const TimingEvent&) = delete;
+  TimingEvent& operator=(const TimingEvent&) = delete;
+  ~TimingEvent() {
+    if (event_) cudaEventDestroy(event_);
+  }
+  operator cudaEvent_t() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 // Times in seconds of fn() between two events, `iters` times after at least `warmup` runs -
 // and, where min_warmup_s > 0, at least that many seconds of them (wall time, the work
 // synchronized), which is how a long run's state is measured: under a power cap, for one.
@@ -26,9 +44,7 @@ namespace fp4moe {
 template <typename Fn, typename Before>
 std::vector<double> event_times(int warmup, int iters, cudaStream_t stream, Fn&& fn, Before&& before,
                                 double min_warmup_s = 0, const std::function<void()>& on_timed = {}) {
-  cudaEvent_t start, stop;
-  FP4MOE_CUDA_CHECK(cudaEventCreate(&start));
-  FP4MOE_CUDA_CHECK(cudaEventCreate(&stop));
+  const TimingEvent start, stop;
   const auto t0 = std::chrono::steady_clock::now();
   auto run = [&](int n) {
     for (int i = 0; i < n; ++i) {
@@ -59,8 +75,6 @@ std::vector<double> event_times(int warmup, int iters, cudaStream_t stream, Fn&&
     FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     times.push_back(ms * 1e-3);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   return times;
 }
 
@@ -115,8 +129,9 @@ std::vector<std::vector<double>> interleaved_event_times(const Turns& turns, cud
 // 22.5 / 22.6 against 22.9 / 22.9).
 template <typename Fn>
 double median_back_to_back_time(int warmup, int iters, cudaStream_t stream, Fn&& fn) {
-  std::vector<cudaEvent_t> events(2 * static_cast<size_t>(iters));
-  for (cudaEvent_t& e : events) FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
+  std::vector<TimingEvent> events;
+  events.reserve(2 * static_cast<size_t>(iters));
+  for (int i = 0; i < 2 * iters; ++i) events.emplace_back();
   for (int i = 0; i < warmup; ++i) fn();
   for (int i = 0; i < iters; ++i) {
     FP4MOE_CUDA_CHECK(cudaEventRecord(events[2 * i], stream));
@@ -130,7 +145,6 @@ double median_back_to_back_time(int warmup, int iters, cudaStream_t stream, Fn&&
     FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]));
     times.push_back(ms * 1e-3);
   }
-  for (cudaEvent_t e : events) cudaEventDestroy(e);
   return median(std::move(times));
 }
 

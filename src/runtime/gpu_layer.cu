@@ -28,6 +28,7 @@
 #include "kernels/common/cuda_check.h"
 #include "kernels/common/fragment_order.h"
 #include "kernels/gemm/fused_params.h"
+#include "kernels/gemm/gemv_shapes.h"
 #include "kernels/gemm/w4a16_registry.h"
 #include "kernels/moe/finalize_slots.h"
 #include "kernels/moe/gather_rows.h"
@@ -51,22 +52,10 @@ struct KernelLaunchInfo {
 KernelLaunchInfo launch_info(const W4a16Kernel& k, int dynamic_smem) {
   KernelLaunchInfo info;
   info.dynamic_smem = dynamic_smem;
-  // Only ever raise the kernel's limit: another layer (more experts) may need more. The limit is
-  // the process's, not the layer's: read and raised under one lock, or two layers setting it at
-  // once could leave the smaller of their two values.
-  static std::mutex limit_mutex;
-  const std::lock_guard<std::mutex> lock(limit_mutex);
-  cudaFuncAttributes attr{};
-  FP4MOE_CUDA_CHECK(cudaFuncGetAttributes(&attr, k.function));
-  if (attr.maxDynamicSharedSizeBytes < info.dynamic_smem) {
-    const cudaError_t e = cudaFuncSetAttribute(k.function, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               info.dynamic_smem);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      FP4MOE_FAIL("tactic ", format_tactic(k.tactic), " cannot run on this GPU (", info.dynamic_smem,
-                  " B of shared memory: ", cudaGetErrorString(e), ")");
-    }
-  }
+  // Only ever raised (raise_dynamic_smem_limit): another layer (more experts) may need more.
+  if (const cudaError_t e = kernels::raise_dynamic_smem_limit(k, info.dynamic_smem); e != cudaSuccess)
+    FP4MOE_FAIL("tactic ", format_tactic(k.tactic), " cannot run on this GPU (", info.dynamic_smem,
+                " B of shared memory: ", cudaGetErrorString(e), ")");
   FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       &info.ctas_per_sm, k.function, k.tactic.warps * 32, info.dynamic_smem));
   FP4MOE_CHECK(info.ctas_per_sm > 0, "tactic ", format_tactic(k.tactic),
@@ -139,6 +128,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
     a.fc2_launches = static_cast<int64_t>(c[5]);
     return a;
   }
+  void poison_workspace(int64_t tokens, const LayerPlan& plan, GpuStream stream) override;
   const int32_t* topk_ids() const override { return topk_ids_.get<int32_t>(); }
   const float* topk_weights() const override { return topk_w_.get<float>(); }
   double weight_bytes(int active) const override {
@@ -155,6 +145,16 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   void enqueue(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
                cudaStream_t stream, const LayerPlan* plan, void* const* events);
   void ensure_workspace(int64_t tokens, const LayerPlan& plan, cudaStream_t stream);
+  // A stream of another GPU is refused by name before anything is enqueued on it (its first
+  // enqueue would fail as "invalid resource handle", after the workspace was touched). The
+  // legacy and per-thread default streams (handles 0 and cudaStreamPerThread) are the layer's
+  // GPU's, the current device being the layer's here.
+  void check_stream_device(const char* call, cudaStream_t stream) const {
+    int stream_device = -1;
+    FP4MOE_CUDA_CHECK(cudaStreamGetDevice(stream, &stream_device));
+    FP4MOE_CHECK(stream_device == device_, call, ": the stream belongs to GPU ", stream_device,
+                 ", the layer to GPU ", device_);
+  }
   void run_gemv(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out, cudaStream_t s,
                 const W4a16Kernel& k1, const W4a16Kernel& k2, const std::function<void(int)>& record);
   void run_fused(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out, cudaStream_t s,
@@ -305,7 +305,12 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
   s2_.resize(fc2_.scale_bytes() * groups_);
   std::vector<float> gate_gs(groups_), up_gs(groups_), down_gs(groups_);
 
-  // Stage one expert's checkpoint-layout tensors at a time, prepack into place.
+  // Stage one expert's checkpoint-layout tensors at a time, prepack into place. All on a stream of
+  // the layer's own, in order (an expert's copies wait for the previous expert's prepack, which
+  // read the same staging buffers), waited for once at the end: not on the legacy stream with a
+  // device-wide synchronization per expert, which would stall every other stream of the GPU (the
+  // layers serving there) and fail in the middle of another thread's capture in global mode.
+  const OwnedStream s;
   DeviceBuffer codes[3], scales[3];
   const int64_t sizes[3] = {I * H, I * H, H * I};
   for (int i = 0; i < 3; ++i) {
@@ -315,41 +320,39 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
   for (int gi = 0; gi < groups_; ++gi) {
     const ExpertWeights& ex = gi < cfg_.num_experts ? w.experts[gi] : *w.shared;
     const Nvfp4Matrix* m[3] = {&ex.gate, &ex.up, &ex.down};
+    // (from pageable memory: each copy has taken the host data when it returns)
     for (int i = 0; i < 3; ++i) {
-      FP4MOE_CUDA_CHECK(cudaMemcpy(codes[i].get(), m[i]->data.data(), m[i]->data.size(),
-                                   cudaMemcpyHostToDevice));
-      FP4MOE_CUDA_CHECK(cudaMemcpy(scales[i].get(), m[i]->block_scales.data(),
-                                   m[i]->block_scales.size(), cudaMemcpyHostToDevice));
+      FP4MOE_CUDA_CHECK(cudaMemcpyAsync(codes[i].get(), m[i]->data.data(), m[i]->data.size(),
+                                        cudaMemcpyHostToDevice, s));
+      FP4MOE_CUDA_CHECK(cudaMemcpyAsync(scales[i].get(), m[i]->block_scales.data(),
+                                        m[i]->block_scales.size(), cudaMemcpyHostToDevice, s));
     }
     const kernels::Nvfp4View gate{codes[0].get<uint8_t>(), scales[0].get<uint8_t>()};
     const kernels::Nvfp4View up{codes[1].get<uint8_t>(), scales[1].get<uint8_t>()};
     const kernels::Nvfp4View down{codes[2].get<uint8_t>(), scales[2].get<uint8_t>()};
     kernels::launch_prepack(gate, up, I, H, true, w13_.get<uint8_t>() + gi * fc1_.weight_bytes(),
-                            s13_.get<uint8_t>() + gi * fc1_.scale_bytes(), nullptr);
+                            s13_.get<uint8_t>() + gi * fc1_.scale_bytes(), s);
     kernels::launch_prepack(down, down, H, I, false, w2_.get<uint8_t>() + gi * fc2_.weight_bytes(),
-                            s2_.get<uint8_t>() + gi * fc2_.scale_bytes(), nullptr);
-    // The staging buffers are reused by the next expert: wait for the prepack.
-    FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+                            s2_.get<uint8_t>() + gi * fc2_.scale_bytes(), s);
     gate_gs[gi] = ex.gate.global_scale;
     up_gs[gi] = ex.up.global_scale;
     down_gs[gi] = ex.down.global_scale;
   }
   // An empty vector uploads as zeros (what an empty correction bias means): the routing reads
   // the bias wherever the buffer holds E floats, which its 4-byte minimum does at E = 1.
-  auto upload = [](DeviceBuffer& b, const std::vector<float>& v) {
+  auto upload = [&s](DeviceBuffer& b, const std::vector<float>& v) {
     b.resize(std::max<size_t>(4, v.size() * 4));
     if (v.empty())
-      FP4MOE_CUDA_CHECK(cudaMemset(b.get(), 0, b.bytes()));
+      FP4MOE_CUDA_CHECK(cudaMemsetAsync(b.get(), 0, b.bytes(), s));
     else
-      FP4MOE_CUDA_CHECK(cudaMemcpy(b.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+      FP4MOE_CUDA_CHECK(cudaMemcpyAsync(b.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice, s));
   };
   upload(gate_gs_, gate_gs);
   upload(up_gs_, up_gs);
   upload(down_gs_, down_gs);
   upload(bias_, w.correction_bias);
-  // A pageable cudaMemcpy may return before its last DMA (on the legacy stream, which the
-  // caller's non-blocking streams do not wait for) has landed: the layer is whole on return.
-  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  // The layer is whole on return: its first call, on any stream, reads finished weights.
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
 
   identity_ = CacheIdentity{gpu_.name, gpu_.sm, gpu_.sm_count, env.driver_version, build_id()};
   if (opt.use_tuning_cache) {
@@ -582,10 +585,33 @@ void GpuMoeLayerImpl::reserve(int64_t max_tokens) {
   for (const LayerPlan& plan : plans) ensure_workspace(max_tokens, plan, s);
 }
 
+void GpuMoeLayerImpl::poison_workspace(int64_t tokens, const LayerPlan& plan, GpuStream stream) {
+  FP4MOE_CHECK(tokens >= 1 && tokens <= (int64_t{1} << 24), "poison_workspace: token count ", tokens,
+               " out of [1, 2^24]");
+  const std::lock_guard<std::mutex> lock(call_mutex_);
+  const ScopedDevice on_device(device_);
+  check_stream_device("poison_workspace", stream);
+  kernel_for(plan.fc1, Epilogue::kSwiglu);  // a tactic not compiled in is refused by name
+  kernel_for(plan.fc2, Epilogue::kFinalize);
+  // ensure_workspace refuses a growth under capture, and the fills below would be captured too.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FP4MOE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  FP4MOE_CHECK(capture == cudaStreamCaptureStatusNone, "poison_workspace: not during a CUDA graph capture");
+  if (called_) FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, *call_done_, 0));
+  ensure_workspace(tokens, plan, stream);
+  // Values only: 0xFF bytes are NaN as bf16 and as fp32. The ids, offsets, row maps and counters
+  // are not poisoned: a wrong index there is an out-of-bounds access, not a wrong answer.
+  for (DeviceBuffer* b : {&topk_w_, &row_weight_, &act_, &partials_, &rows_out_, &x_perm_, &fused_partials_})
+    if (b->bytes() > 0) FP4MOE_CUDA_CHECK(cudaMemsetAsync(b->get(), 0xFF, b->bytes(), stream));
+  FP4MOE_CUDA_CHECK(cudaEventRecord(*call_done_, stream));
+  called_ = true;
+}
+
 void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t tokens, uint16_t* out,
                           cudaStream_t stream, const LayerPlan* plan, void* const* events) {
   const std::lock_guard<std::mutex> lock(call_mutex_);
   const ScopedDevice on_device(device_);
+  check_stream_device("forward", stream);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   FP4MOE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   // A captured call is ordered when its graph is launched, by whoever launches it; an eager call
@@ -628,9 +654,16 @@ void GpuMoeLayerImpl::enqueue(const uint16_t* hidden, const float* logits, int64
   // What can refuse the call (a kernel that cannot run at this shape) refuses it before anything
   // is enqueued, and before the workspace grows for it: a refused call must neither keep the
   // memory of a batch it does not run nor, under capture, be reported as wanting a reserve().
-  if (runs_gemms_together(k1.tactic.family))
+  if (runs_gemms_together(k1.tactic.family)) {
     FP4MOE_CHECK(tokens <= k1.tactic.tile_tokens, "GPU layer: tactic ", format_tactic(k1.tactic), " takes batches of 1..",
                  k1.tactic.tile_tokens, " tokens, got ", tokens);
+    // Their kernels route in-kernel, a warp's lanes over the experts (the launch checks it too,
+    // but after the workspace grew).
+    const int most = k1.tactic.family == Family::kW4a16Gemv ? kernels::kGemvMaxRoutedExperts
+                                                             : kernels::kFusedMaxRoutedExperts;
+    FP4MOE_CHECK(cfg_.num_experts <= most, "GPU layer: tactic ", format_tactic(k1.tactic), " routes up to ", most,
+                 " experts in its kernel; this layer has ", cfg_.num_experts);
+  }
   grid_for(k1, k1.dynamic_smem_bytes(smem_shape(tokens, cfg_.hidden)));
   grid_for(k2, k2.dynamic_smem_bytes(smem_shape(tokens, cfg_.intermediate)));
   ensure_workspace(tokens, plan, s);

@@ -5,6 +5,7 @@
 #include "fp4moe/resource_model.h"
 #include "kernels/common/cuda_check.h"
 #include "kernels/gemm/w4a16_registry.h"
+#include "plan/model_options.h"
 #include "runtime/device_buffer.h"
 
 namespace fp4moe {
@@ -13,6 +14,7 @@ std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, const M
   if (t.family != Family::kW4a16Mma && t.family != Family::kW4a16Wgmma && t.family != Family::kW4a16Gemv &&
       t.family != Family::kW4a16Fused)
     return std::nullopt;
+  check_model_options(opt, "query_compiled_kernel");  // the shapes the kernels' layouts are sized for
   const kernels::W4a16Kernel* k = kernels::find_w4a16_kernel(t);
   if (!k || query_cuda_environment().devices.empty()) return std::nullopt;
   // Every figure below (the image, the opt-in limit, occupancy, the function's shared-memory
@@ -34,9 +36,9 @@ std::optional<CompiledKernelInfo> query_compiled_kernel(const Tactic& t, const M
   FP4MOE_CUDA_CHECK(cudaGetDevice(&current));
   FP4MOE_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, current));
   if (info.dynamic_smem > optin) return info;  // cannot launch here: 0 CTAs per SM
-  if (attr.maxDynamicSharedSizeBytes < info.dynamic_smem)
-    FP4MOE_CUDA_CHECK(cudaFuncSetAttribute(k->function, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(info.dynamic_smem)));
+  // Raised where lower, under the lock the layers take (never lowered: a layer running this
+  // kernel may need more than this query's shape).
+  FP4MOE_CUDA_CHECK(kernels::raise_dynamic_smem_limit(*k, static_cast<int>(info.dynamic_smem)));
   FP4MOE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&info.ctas_per_sm, k->function,
                                                                   t.warps * 32, info.dynamic_smem));
   return info;

@@ -59,6 +59,17 @@ GpuLayerRun run_gpu_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
                                cudaMemcpyDeviceToHost));
   if (iters > 0) {
     layer.set_clock_accounting(true);  // before the capture: the replays count
+    // Off again on every way out (a capture or a timing that throws included): left on, every
+    // later call of the caller's would add to the counters.
+    struct ClockAccountingOff {
+      GpuMoeLayer& layer;
+      ~ClockAccountingOff() {
+        try {
+          layer.set_clock_accounting(false);
+        } catch (const Error&) {  // the error already thrown is the one to report
+        }
+      }
+    } off{layer};
     const CapturedGraph graph(s, [&](cudaStream_t st) {
       layer.forward(dh.get<uint16_t>(), dl.get<float>(), tokens, dout.get<uint16_t>(), st, &run.plan);
     });
@@ -69,7 +80,6 @@ GpuLayerRun run_gpu_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
     wake_gpu();
     run.median_us = 1e6 * median_back_to_back_time(3, iters, s, [&] { graph.launch(s); });
     run.sm_clock = layer.read_clock_accounting();
-    layer.set_clock_accounting(false);
   }
   return run;
 }

@@ -74,6 +74,11 @@ std::vector<Tactic> fc2_candidates(const std::vector<Tactic>& candidates, const 
   return out;
 }
 
+Tactic fc2_incumbent(const Tactic& heuristic_fc2, const Tactic& fc1_winner, const Tactic& separate_fc2) {
+  if (runs_gemms_together(fc1_winner.family)) return with_epilogue(fc1_winner, Epilogue::kFinalize);
+  return runs_gemms_together(heuristic_fc2.family) ? separate_fc2 : heuristic_fc2;
+}
+
 namespace {
 
 // timed[1], where the heuristic's tactic was kept over it (a finalist, faster in the same turns).

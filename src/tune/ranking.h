@@ -33,6 +33,14 @@ bool rank_timed(std::vector<TimedTactic>& timed, const Tactic& incumbent, double
 std::vector<Tactic> fc2_candidates(const std::vector<Tactic>& candidates, const Tactic& fc1_winner,
                                    std::vector<RejectedTactic>& rejected);
 
+// The tactic FC2's ranking keeps unless a challenger beats it by the margin: the FC2 that FC1's
+// winner was timed with. That is its twin where the winner runs both GEMMs; the heuristic's FC2
+// where neither runs both; and `separate_fc2` (the heuristic's FC2 of the families that run one
+// GEMM, heuristic_tactic) where the heuristic's plan runs both GEMMs and FC1's winner does not -
+// the heuristic's own FC2 is then not among the candidates, and without an incumbent FC2 would go
+// to the fastest by noise.
+Tactic fc2_incumbent(const Tactic& heuristic_fc2, const Tactic& fc1_winner, const Tactic& separate_fc2);
+
 // The pairs (TuneOptions::time_pairs) to time once both GEMMs of a bucket are ranked: none unless
 // FC1 kept the heuristic's tactic over a faster finalist c1 (its timed[1]); then the winners'
 // plan (w1, w2) first and (c1, w2), and where FC2 too kept its heuristic tactic over a faster c2,

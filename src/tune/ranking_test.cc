@@ -205,6 +205,26 @@ TEST(Fc2Candidates, TheTwinOfATogetherWinnerElseNoneOfThoseFamilies) {
   EXPECT_EQ(rejected.size(), 1u);
 }
 
+TEST(Fc2Incumbent, TheFc2ThatFc1sWinnerWasTimedWith) {
+  const Tactic mma{Family::kW4a16Mma, 128, 8, 256, 4, 8, 1, Epilogue::kFinalize, false};
+  const Tactic mma16{Family::kW4a16Mma, 128, 16, 256, 2, 4, 1, Epilogue::kFinalize, false};
+  const Tactic gemv{Family::kW4a16Gemv, 16, 8, 256, 2, 6, 1, Epilogue::kFinalize, false};
+  const Tactic fused{Family::kW4a16Fused, 64, 8, 256, 3, 8, 1, Epilogue::kFinalize, false};
+  auto fc1 = [](const Tactic& t) { return with_epilogue(t, Epilogue::kSwiglu); };
+  // Neither runs both GEMMs: the heuristic's FC2.
+  EXPECT_EQ(fc2_incumbent(mma, fc1(mma16), mma16), mma);
+  // The heuristic's plan is fused and FC1's winner a stream-K tactic: the fused FC2 is no
+  // candidate, so the FC2 every stream-K FC1 candidate was timed with keeps its margin.
+  EXPECT_EQ(fc2_incumbent(fused, fc1(mma), mma16), mma16);
+  // FC1's winner runs both GEMMs: its twin, whatever the heuristic's plan was.
+  EXPECT_EQ(fc2_incumbent(fused, fc1(gemv), mma16), gemv);
+  EXPECT_EQ(fc2_incumbent(mma, fc1(fused), mma16), fused);
+  // And the ranking then keeps it over a challenger inside the margin.
+  std::vector<TimedTactic> v = {{mma, 0, 99.5, {99.5}}, {mma16, 0, 100, {100}}};
+  EXPECT_TRUE(rank_timed(v, fc2_incumbent(fused, fc1(mma), mma16), 0.025));
+  EXPECT_EQ(v.front().tactic, mma16);
+}
+
 TEST(RankTimed, ACandidateWithoutATimingIsAnError) {
   std::vector<TimedTactic> v = {timed(1, 0)};
   EXPECT_THROW(rank_timed(v, tactic(1), 0.025), Error);

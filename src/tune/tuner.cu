@@ -2,8 +2,10 @@
 //
 // Per bucket T: one random batch of T tokens; the heuristic plan runs once to fix the routing
 // (the same for every candidate: same logits) and the float64 reference is computed for the
-// first verify_tokens tokens only. Then for FC1 each candidate runs with the heuristic FC2, for
-// FC2 with the FC1 winner (one pass of coordinate descent). A candidate's time is that of the
+// first verify_tokens tokens only. Each candidate's first call runs on a poisoned workspace and
+// output, and its output after the timed replays must be that first call's, bit for bit. Then
+// for FC1 each candidate runs with the heuristic FC2, for FC2 with the FC1 winner (one pass of
+// coordinate descent). A candidate's time is that of the
 // whole layer, timed as the benchmark times it: the median, over `iters` replays after `warmup`,
 // of a CUDA graph of the layer, with the L2 flushed (untimed) before each replay.
 //
@@ -29,9 +31,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <thread>
 
 #include "fp4moe/bf16.h"
 #include "fp4moe/error.h"
@@ -52,6 +56,10 @@
 
 namespace fp4moe {
 namespace {
+
+// How long one eager call of a candidate may take before the tuning calls it hung: far above the
+// largest bucket's layer on any supported GPU (glm5 at T = 16384: ~17 ms on an H100).
+constexpr int kCallDeadlineSeconds = 60;
 
 struct Batch {
   int64_t tokens = 0;
@@ -162,14 +170,32 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
                  "): the layer was not made from these weights, or a bug in fp4moe; nothing was tuned for this "
                  "bucket");
 
+    // A kernel that never ends (a persistent kernel waiting for a ticket or an arrival that never
+    // comes) would hang a cudaStreamSynchronize, and the tuning with it, naming nothing: a
+    // candidate's eager calls are waited for by polling, up to kCallDeadlineSeconds.
+    bool hung = false;
+    auto wait_call = [&] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(kCallDeadlineSeconds);
+      for (cudaError_t e; (e = cudaStreamQuery(s)) != cudaSuccess;) {
+        if (e != cudaErrorNotReady) FP4MOE_CUDA_CHECK(e);
+        if (std::chrono::steady_clock::now() > until) {
+          hung = true;
+          FP4MOE_FAIL("one call did not finish in ", kCallDeadlineSeconds, " s");
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    };
     // A failed launch must not poison the next candidate: clear the error state and reject the
     // tactic; a sticky error (the context is lost) cannot be cleared and ends the tuning with
-    // its culprit. Returns whether fn ran.
+    // its culprit, as does a call that hangs (the GPU still runs it: only ending the process
+    // stops it). Returns whether fn ran.
     auto guarded = [&](TuneResult& r, const Tactic& t, auto&& fn) -> bool {
       try {
         fn();
         return true;
       } catch (const Error& e) {
+        FP4MOE_CHECK(!hung, "tuning: tactic ", format_tactic(t), " at T = ", T, " hangs (", e.what(),
+                     "); the GPU is still running it, so the tuning ends here; rerun without it");
         cudaGetLastError();
         const cudaError_t sticky = cudaDeviceSynchronize();
         FP4MOE_CHECK(sticky == cudaSuccess, "tuning: tactic ", format_tactic(t), " left the GPU context unusable (",
@@ -178,14 +204,19 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
         return false;
       }
     };
-    // A candidate plan's output against the reference: the reason it is wrong, or empty.
-    auto verify = [&](const LayerPlan& plan) -> std::string {
+    // A candidate plan's output against the reference: the reason it is wrong, or empty; `out`
+    // gets the output. Every candidate runs on the same batch, so the layer's intermediate
+    // buffers hold the right values from the call before: they are poisoned too, or a tactic
+    // that skips part of its work would pass on what an earlier one left there (and, faster for
+    // it, win).
+    auto verify = [&](const LayerPlan& plan, std::vector<uint16_t>& out) -> std::string {
+      layer.poison_workspace(T, plan, s);
       FP4MOE_CUDA_CHECK(cudaMemsetAsync(b.out.get(), 0xFF, b.out.bytes(), s));
       layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), s, &plan);
-      FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+      wait_call();
       // All T rows back: the first nv against the reference, every one finite (the output was
       // poisoned with NaN: a tactic that leaves later token tiles unwritten is caught too).
-      std::vector<uint16_t> out(T * cfg.hidden);
+      out.resize(T * cfg.hidden);
       FP4MOE_CUDA_CHECK(cudaMemcpy(out.data(), b.out.get(), out.size() * 2, cudaMemcpyDeviceToHost));
       const int64_t bad_row = first_non_finite_row(out, cfg.hidden);
       if (bad_row >= 0) return "non-finite output at token " + std::to_string(bad_row);
@@ -202,6 +233,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
     // is replaced, and the one a graph captured is kept for it).
     auto capture = [&](const LayerPlan& plan) {
       layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), s, &plan);
+      wait_call();  // the second call of a plan: one that leaves its counters wrong hangs here
       return std::make_unique<CapturedGraph>(s, [&](cudaStream_t st) {
         layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), st, &plan);
       });
@@ -223,6 +255,9 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
     // that idled meanwhile, slower than the same plan timed later (gpu_wake.h).
     wake_gpu();
     Tactic fc1_best = heuristic.fc1;
+    // FC2's incumbent: the FC2 that FC1's winner was timed with (ranking.h), set once FC1 is ranked.
+    const Tactic separate_fc2 = heuristic_tactic(cfg, T, gpu, Epilogue::kFinalize);
+    Tactic fc2_kept = heuristic.fc2;
     for (int stage : {1, 2}) {
       TuneResult r;
       r.bucket = T;
@@ -249,15 +284,27 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
         if (runs_gemms_together(t.family)) {
           other = with_epilogue(t, other_ep);
         } else if (runs_gemms_together(other.family)) {
-          other = heuristic_tactic(cfg, T, gpu, other_ep);
+          other = stage == 1 ? separate_fc2 : heuristic_tactic(cfg, T, gpu, other_ep);
         }
         std::string wrong;
         double us = 0;
         if (!guarded(r, t, [&] {
-              wrong = verify(plan);
+              std::vector<uint16_t> first;
+              wrong = verify(plan, first);
               if (!wrong.empty()) return;
               const auto graph = capture(plan);
               us = 1e6 * median_event_time(opt.warmup, opt.iters, s, [&] { graph->launch(s); }, [&] { flusher.flush(s); });
+              // The last replay's output is the first call's, bit for bit (the layer is
+              // deterministic): a tactic whose counters or tickets are left wrong by one call is
+              // right once and wrong after, and must not be timed on its wrong calls.
+              FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+              std::vector<uint16_t> last(first.size());
+              FP4MOE_CUDA_CHECK(cudaMemcpy(last.data(), b.out.get(), last.size() * 2, cudaMemcpyDeviceToHost));
+              const RowDifference row = worst_row_difference(last, first, cfg.hidden);
+              if (last != first)
+                wrong = "not reproducible: after " + std::to_string(opt.warmup + opt.iters) +
+                        " graph replays the output differs from its first call's (token " + std::to_string(row.row) +
+                        ", relative " + std::to_string(row.rel) + ")";
             }))
           continue;
         if (!wrong.empty()) {
@@ -270,7 +317,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       FP4MOE_CHECK(!r.timed.empty(), "tuning: no tactic of ", stage == 1 ? "FC1" : "FC2", " works at T = ", T);
       // The finalists again, together. One whose capture fails now is rejected like a candidate
       // that failed its first launch.
-      const Tactic incumbent = stage == 1 ? heuristic.fc1 : heuristic.fc2;
+      const Tactic incumbent = stage == 1 ? heuristic.fc1 : fc2_kept;
       std::vector<size_t> fin;
       if (opt.finalist_cycles > 0) fin = pick_finalists(r.timed, incumbent, opt.finalist_margin, opt.max_finalists);
       if (!fin.empty()) {
@@ -293,7 +340,10 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       // The heuristic's tactic is the incumbent: a challenger replaces it only by winning by more
       // than the margin, so noise between near-equal tactics never turns into a cached choice.
       r.heuristic_kept = rank_timed(r.timed, incumbent, opt.keep_heuristic_margin);
-      if (stage == 1) fc1_best = r.timed.front().tactic;
+      if (stage == 1) {
+        fc1_best = r.timed.front().tactic;
+        fc2_kept = fc2_incumbent(heuristic.fc2, fc1_best, separate_fc2);
+      }
       results.push_back(std::move(r));
       done += 1;
     }
@@ -306,7 +356,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
     TuneResult& r1 = results[results.size() - 2];
     TuneResult& r2 = results.back();
     std::vector<TimedPlan> pairs;
-    if (opt.time_pairs) pairs = pairs_to_time(r1, r2, heuristic.fc2);
+    if (opt.time_pairs) pairs = pairs_to_time(r1, r2, fc2_kept);
     if (!pairs.empty()) {
       try {
         if (opt.progress)
@@ -317,7 +367,8 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
           LayerPlan plan = heuristic;
           plan.fc1 = p.fc1;
           plan.fc2 = p.fc2;
-          const std::string wrong = verify(plan);
+          std::vector<uint16_t> out;
+          const std::string wrong = verify(plan, out);
           FP4MOE_CHECK(wrong.empty(), "tuning: at T = ", T, " the plan ", format_tactic(p.fc1), " + ",
                        format_tactic(p.fc2), " is wrong (", wrong, ") although each tactic passed alone");
           graphs.push_back(capture(plan));

@@ -21,6 +21,8 @@
 // and float64 rank differently cannot fail a GEMM test; the routing is held to the reference's
 // on its own (routing_check.h: near-ties allowed) at the presets' full size, and in
 // routing_test. Before each run the routing's ids and weights are poisoned as the output is.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -608,10 +610,113 @@ TEST(GpuLayer, RepeatedRunsAreBitwiseIdentical) {
     const RunResult a = run_layer(*c.layer, in.hidden, in.logits, tokens, &in.plan);
     expect_matches_reference(c, in.hidden, tokens, a, "the first run");
     for (int rep = 0; rep < 3; ++rep) {
+      // Between runs the intermediate buffers (activations, partial sums, per-slot rows) hold NaN:
+      // a value read before this call writes it would show.
+      if (rep > 0) c.layer->poison_workspace(tokens, in.plan, nullptr);
       const RunResult b = run_layer(*c.layer, in.hidden, in.logits, tokens, &in.plan);
-      ASSERT_EQ(a.out, b.out) << "T=" << tokens << " run " << rep;
+      ASSERT_EQ(a.out, b.out) << "T=" << tokens << " run " << rep << (rep > 0 ? " (after poison_workspace)" : "");
     }
   }
+}
+
+// A virtual address range of two chunks mapped one at a time (what PyTorch's expandable
+// segments do): the first chunk alone, then both. Driver calls through the runtime's entry points.
+class TwoChunkRange {
+ public:
+  TwoChunkRange() {
+    get(create_, "cuMemCreate");
+    get(reserve_, "cuMemAddressReserve");
+    get(map_, "cuMemMap");
+    get(access_, "cuMemSetAccess");
+    get(unmap_, "cuMemUnmap");
+    get(release_, "cuMemRelease");
+    get(free_, "cuMemAddressFree");
+    PFN_cuMemGetAllocationGranularity_v10020 granularity = nullptr;
+    get(granularity, "cuMemGetAllocationGranularity");
+    prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop_.location.id = 0;
+    check(granularity(&chunk_, &prop_, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "granularity");
+    check(reserve_(&base_, 2 * chunk_, 0, 0, 0), "reserve");
+    map_chunk(0);
+  }
+  ~TwoChunkRange() {
+    for (int i = 0; i < 2; ++i)
+      if (handle_[i]) {
+        unmap_(base_ + i * chunk_, chunk_);
+        release_(handle_[i]);
+      }
+    free_(base_, 2 * chunk_);
+  }
+  void map_chunk(int i) {
+    check(create_(&handle_[i], chunk_, &prop_, 0), "create");
+    check(map_(base_ + i * chunk_, chunk_, 0, handle_[i], 0), "map");
+    CUmemAccessDesc d{};
+    d.location = prop_.location;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    check(access_(base_ + i * chunk_, chunk_, &d, 1), "set access");
+  }
+  char* at(size_t offset) const { return reinterpret_cast<char*>(base_ + offset); }
+  size_t chunk() const { return chunk_; }
+
+ private:
+  template <typename F>
+  static void get(F& f, const char* name) {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    FP4MOE_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found));
+    FP4MOE_CHECK(found == cudaDriverEntryPointSuccess && p, "the driver has no ", name);
+    f = reinterpret_cast<F>(p);
+  }
+  static void check(CUresult r, const char* what) { FP4MOE_CHECK(r == CUDA_SUCCESS, "virtual memory: ", what, " failed: ", int(r)); }
+  PFN_cuMemCreate_v10020 create_ = nullptr;
+  PFN_cuMemAddressReserve_v10020 reserve_ = nullptr;
+  PFN_cuMemMap_v10020 map_ = nullptr;
+  PFN_cuMemSetAccess_v10020 access_ = nullptr;
+  PFN_cuMemUnmap_v10020 unmap_ = nullptr;
+  PFN_cuMemRelease_v10020 release_ = nullptr;
+  PFN_cuMemAddressFree_v10020 free_ = nullptr;
+  CUmemAllocationProp prop_{};
+  size_t chunk_ = 0;
+  CUdeviceptr base_ = 0;
+  CUmemGenericAllocationHandle handle_[2] = {0, 0};
+};
+
+// An array that runs past the last mapped byte (a batch larger than its buffer) is refused by
+// name before a kernel writes past it; one that spans two pieces of a range mapped chunk by
+// chunk is not (the pieces are one array to its owner), and computes the same output.
+TEST(GpuLayer, ArraysPastTheirMappingAreRefused) {
+  FP4MOE_REQUIRE_GPU();
+  LayerCase c = make_case(odd_config(), 72);
+  const MoeConfig& cfg = c.weights.config;
+  const int64_t T = 4;
+  const size_t rows_bytes = size_t(T * cfg.hidden * 2);
+  const Batch in = make_batch(c, T, 11);
+  const RunResult want = run_layer(*c.layer, in.hidden, in.logits, T, &in.plan);
+  std::vector<uint16_t> hb(in.hidden.size());
+  for (size_t i = 0; i < hb.size(); ++i) hb[i] = Bf16::from_float(in.hidden[i]).bits;
+  DeviceBuffer hidden(rows_bytes), logits(in.logits.size() * 4);
+  FP4MOE_CUDA_CHECK(cudaMemcpy(hidden.get(), hb.data(), rows_bytes, cudaMemcpyHostToDevice));
+  FP4MOE_CUDA_CHECK(cudaMemcpy(logits.get(), in.logits.data(), logits.bytes(), cudaMemcpyHostToDevice));
+  TwoChunkRange range;
+  ASSERT_GT(range.chunk(), rows_bytes);
+  // Half of out's rows in the first chunk, the rest past it.
+  uint16_t* const out = reinterpret_cast<uint16_t*>(range.at(range.chunk() - rows_bytes / 2 / 16 * 16));
+  EXPECT_TRUE(test::throws_error_naming(
+      [&] { c.layer->forward(hidden.get<uint16_t>(), logits.get<float>(), T, out, nullptr, &in.plan); },
+      "forward: out ([T, H] bf16, T = 4: " + std::to_string(rows_bytes) + " bytes) runs past the end of its allocation"));
+  EXPECT_TRUE(test::throws_error_naming(
+      [&] {
+        c.layer->forward(reinterpret_cast<uint16_t*>(range.at(range.chunk() - 16)), logits.get<float>(), T,
+                         reinterpret_cast<uint16_t*>(range.at(0)), nullptr, &in.plan);
+      },
+      "forward: hidden ([T, H] bf16, T = 4: " + std::to_string(rows_bytes) + " bytes) runs past the end"));
+  range.map_chunk(1);
+  FP4MOE_CUDA_CHECK(cudaMemset(range.at(0), 0xFF, 2 * range.chunk()));
+  c.layer->forward(hidden.get<uint16_t>(), logits.get<float>(), T, out, nullptr, &in.plan);
+  std::vector<uint16_t> got(want.out.size());
+  FP4MOE_CUDA_CHECK(cudaMemcpy(got.data(), out, got.size() * 2, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(got, want.out) << "the output written across the two mapped pieces";
 }
 
 // Decode batches of different inputs back to back on one stream, no host wait between them:

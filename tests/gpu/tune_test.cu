@@ -16,6 +16,7 @@
 #include "fp4moe/tune.h"
 #include "gpu_test_util.h"
 #include "support/oracle.h"
+#include "tune/ranking.h"
 
 namespace fp4moe {
 namespace {
@@ -128,21 +129,31 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
     const size_t from = r.heuristic_kept ? 2 : r.won_in_pair ? 3 : 1;
     for (size_t i = from; i < r.timed.size(); ++i)
       if (finalist(r.timed[i - 1]) == finalist(r.timed[i])) EXPECT_LE(r.timed[i - 1].time_us, r.timed[i].time_us);
-    // Where there were finalists, the heuristic's tactic was among them.
+    // Where there were finalists, the incumbent was among them: the heuristic's FC1, and the FC2
+    // that FC1's winner was timed with (ranking.h: fc2_incumbent).
     const LayerPlan hp = layer->plan_for_heuristic(r.bucket);
-    const Tactic incumbent = r.gemm.epilogue == Epilogue::kSwiglu ? hp.fc1 : hp.fc2;
+    const Tactic incumbent =
+        r.gemm.epilogue == Epilogue::kSwiglu
+            ? hp.fc1
+            : fc2_incumbent(hp.fc2, results[ri - 1].timed[0].tactic,
+                            heuristic_tactic(cfg, r.bucket, layer->gpu(), Epilogue::kFinalize));
     if (finalist(r.timed[0]))
       for (const TimedTactic& c : r.timed)
         if (c.tactic == incumbent) EXPECT_TRUE(finalist(c)) << format_tactic(c.tactic);
     if (r.heuristic_kept) {
       ASSERT_GE(r.timed.size(), 2u);
-      const LayerPlan h = layer->plan_for_heuristic(r.bucket);
-      EXPECT_EQ(r.timed[0].tactic, r.gemm.epilogue == Epilogue::kSwiglu ? h.fc1 : h.fc2);
+      EXPECT_EQ(r.timed[0].tactic, incumbent);
       // (No faster than timed[1]; a tie keeps it too: event times step by ~0.5 us.)
       EXPECT_GE(r.timed[0].time_us, r.timed[1].time_us);
       EXPECT_LE(r.timed[0].time_us, r.timed[1].time_us * (1 + o.keep_heuristic_margin));
     }
-    for (const auto& x : r.rejected) std::printf("rejected %s: %s\n", format_tactic(x.tactic).c_str(), x.reason.c_str());
+    // Rejected only by the model or set aside by the pairing rule: every compiled tactic the model
+    // admits is right on a poisoned workspace and reproducible after its replays.
+    for (const auto& x : r.rejected) {
+      std::printf("rejected %s: %s\n", format_tactic(x.tactic).c_str(), x.reason.c_str());
+      EXPECT_TRUE(x.reason.rfind("resource model: ", 0) == 0 || x.reason.find("runs both GEMMs") != std::string::npos)
+          << format_tactic(x.tactic) << " at T = " << r.bucket << ": " << x.reason;
+    }
   }
   // The pairs: timed exactly where the rule says (FC1 kept its heuristic tactic over a faster
   // finalist, and the pairs hold a plan its own ranking did not time), each in turns; the cache

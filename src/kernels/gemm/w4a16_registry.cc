@@ -1,5 +1,7 @@
 #include "kernels/gemm/w4a16_registry.h"
 
+#include <mutex>
+
 namespace fp4moe::kernels {
 
 std::span<const W4a16Kernel> w4a16_kernels() {
@@ -21,6 +23,17 @@ const W4a16Kernel* find_w4a16_kernel(const Tactic& t) {
   for (const W4a16Kernel& k : w4a16_kernels())
     if (k.tactic == t) return &k;
   return nullptr;
+}
+
+cudaError_t raise_dynamic_smem_limit(const W4a16Kernel& k, int bytes) {
+  static std::mutex limit_mutex;
+  const std::lock_guard<std::mutex> lock(limit_mutex);
+  cudaFuncAttributes attr{};
+  cudaError_t e = cudaFuncGetAttributes(&attr, k.function);
+  if (e == cudaSuccess && attr.maxDynamicSharedSizeBytes < bytes)
+    e = cudaFuncSetAttribute(k.function, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  return e;
 }
 
 }  // namespace fp4moe::kernels

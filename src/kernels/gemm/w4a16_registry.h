@@ -36,6 +36,14 @@ std::span<const W4a16Kernel> w4a16_kernels();
 // The kernel of tactic t, or nullptr.
 const W4a16Kernel* find_w4a16_kernel(const Tactic& t);
 
+// Makes kernel k launchable with `bytes` of dynamic shared memory on the current device: raises
+// its cudaFuncAttributeMaxDynamicSharedMemorySize where it is lower, never lowers it (another
+// layer, or a query, may need more). The attribute is the process's, not a caller's: it is read
+// and raised under one process-wide lock, or two callers raising it at once could leave the
+// smaller of their values and a kernel set up for the larger fail at launch. Returns the
+// runtime's error (the last error cleared) where the GPU cannot give that much.
+cudaError_t raise_dynamic_smem_limit(const W4a16Kernel& k, int bytes);
+
 // Instantiation lists, one per file in src/kernels/inst.
 std::vector<W4a16Kernel> w4a16_swiglu_kernels();
 std::vector<W4a16Kernel> w4a16_finalize_kernels();
