@@ -65,6 +65,23 @@ function(fp4moe_default_cuda_archs out_var added_var)
           else()
             set(t "${sm}")
           endif()
+          # A GPU newer than the toolkit (sm_103 or sm_121 under CUDA 12.8, say) would fail the
+          # first .cu file with "Unsupported gpu architecture": said here instead, and not added.
+          if(NOT DEFINED _fp4moe_nvcc_archs)
+            execute_process(COMMAND "${CMAKE_CUDA_COMPILER}" --list-gpu-arch OUTPUT_VARIABLE _fp4moe_nvcc_archs
+                            RESULT_VARIABLE _fp4moe_list_rc ERROR_QUIET TIMEOUT 30)
+            if(_fp4moe_list_rc EQUAL 0)
+              string(APPEND _fp4moe_nvcc_archs "\n")  # every name ends in a newline
+            else()
+              set(_fp4moe_nvcc_archs "")
+            endif()
+          endif()
+          if(_fp4moe_nvcc_archs AND NOT _fp4moe_nvcc_archs MATCHES "compute_${sm}\n")
+            message(WARNING "fp4moe: this machine's sm_${sm} GPU is newer than ${CMAKE_CUDA_COMPILER} knows "
+                            "(nvcc --list-gpu-arch): no machine code is built for it, and none of the built "
+                            "targets runs there; a newer CUDA toolkit would build it")
+            continue()
+          endif()
           list(APPEND archs ${t})
           list(APPEND added ${t})
         endif()

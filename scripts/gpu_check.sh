@@ -113,6 +113,8 @@ if has bench; then
     echo "== bench $p"
     timeout 240 "$bin/fp4moe" bench --preset $p --json "$out/bench_$p.json" 2>/dev/null | tee "$out/bench_$p.txt"
     record "${PIPESTATUS[0]}" "bench $p"
+    python3 "$(dirname "$0")/../tests/bench_json_test.py" --validate "$out/bench_$p.json"
+    record $? "bench $p: its JSON's accounting"
   done
 fi
 if has families; then
@@ -142,6 +144,7 @@ if has families; then
     done
   done
   python3 "$(dirname "$0")/compare_families.py" "$out"/fam_*.json | tee "$out/families.md"
+  record "${PIPESTATUS[0]}" "families comparison"  # exit 1 on a cliff between the families
 fi
 if has profile; then
   echo "== ncu (glm5, T = 64: FC1 and FC2)"

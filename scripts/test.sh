@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 ./scripts/install_deps.sh
 build=${FP4MOE_BUILD_DIR:-build}
 jobs=$(nproc)
-flags=()
+# The interpreter install_deps.sh gave the pinned packages is the one the Python tests and the
+# C++ oracle run (FindPython3 could pick another where a machine has several).
+flags=(-DPython3_EXECUTABLE="$(command -v python3)")
 [ -n "${FP4MOE_CXX_FLAGS:-}" ] && flags+=(-DCMAKE_CXX_FLAGS="$FP4MOE_CXX_FLAGS")
 [ -n "${FP4MOE_LINKER_FLAGS:-}" ] && flags+=(-DCMAKE_EXE_LINKER_FLAGS="$FP4MOE_LINKER_FLAGS")
 # shellcheck disable=SC2086

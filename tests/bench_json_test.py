@@ -2,6 +2,7 @@
 """Tests of the benchmark's JSON output and of scripts/plot_bench.py.
 
 usage: bench_json_test.py FP4MOE_BINARY SOURCE_DIR
+       bench_json_test.py --validate FILE...   (GPU runs just written: scripts/gpu_check.sh)
   - the recorded H200 run (tests/data/bench_h200_glm5.json) follows schema fp4moe-bench/1 and
     its accounting agrees with the roofline formula (the sustained BF16 ceiling, each row's
     share of it and the plain read of its bytes included);
@@ -17,7 +18,9 @@ import subprocess
 import sys
 import tempfile
 
-BIN, SRC = sys.argv[1], sys.argv[2]
+VALIDATE_ONLY = len(sys.argv) >= 2 and sys.argv[1] == "--validate"
+if not VALIDATE_ONLY:
+    BIN, SRC = sys.argv[1], sys.argv[2]
 failures = []
 
 
@@ -131,6 +134,18 @@ def validate(d, name, gpu_run):
                 check(abs(b["gbs"] * b["median_us"] * 1e3 - bf16) <= 1e-6 * bf16, f"{name} T={t}: baseline gbs")
             check(b["rel_error"] < 2e-2, f"{name} T={t}: rel error {b['rel_error']}")
 
+
+if VALIDATE_ONLY:
+    # The same accounting checks on files a GPU bench of this build just wrote: the recorded files
+    # below never change, so only this catches a regression in the bench's arithmetic.
+    for path in sys.argv[2:]:
+        with open(path) as f:
+            validate(json.load(f), path, True)
+    if failures:
+        print("\n".join(failures))
+        sys.exit(1)
+    print(f"bench json: {len(sys.argv) - 2} files valid")
+    sys.exit(0)
 
 with open(os.path.join(SRC, "tests/data/bench_h200_glm5.json")) as f:
     rec = json.load(f)

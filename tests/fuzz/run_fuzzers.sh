@@ -48,9 +48,24 @@ for n, t in {"ok": '{"weight_map": {"a": "s.safetensors"}}', "bad": '{"weight_ma
              "empty": "{}"}.items():
     open(os.path.join(w, "corpus_index", n), "w").write(t)
 PY
-"$work/header_fuzzer" -max_total_time="$secs" -max_len=4096 -timeout=10 "$work/corpus_header" 2>&1 | tail -2
-"$work/index_fuzzer" -max_total_time="$secs" -max_len=2048 -timeout=10 "$work/corpus_index" 2>&1 | tail -2
+# Each run's whole output goes to its log, printed in full on a finding (the sanitizer's stack,
+# the crashing input's file); the seed is printed, so a finding can be replayed.
+seed=${FP4MOE_FUZZ_SEED:-$(( ($(date +%s) % 100000) + 1 ))}
+echo "fuzz seed $seed (FP4MOE_FUZZ_SEED=$seed replays this run)"
+fuzz() {  # NAME CORPUS MAX_LEN
+  local log="$work/$1.log"
+  if "$work/$1" -seed="$seed" -max_total_time="$secs" -max_len="$3" -timeout=10 -artifact_prefix="$work/$1-" \
+      "$work/corpus_$2" > "$log" 2>&1; then
+    tail -2 "$log"
+  else
+    echo "== $1 found a problem (seed $seed); its output:"; cat "$log"
+    for a in "$work/$1"-*; do [ -f "$a" ] && { echo "== input $a (base64):"; base64 "$a"; }; done
+    return 1
+  fi
+}
+fuzz header_fuzzer header 4096
+fuzz index_fuzzer index 2048
 if [ -n "$build_include" ]; then
-  "$work/tuning_cache_fuzzer" -max_total_time="$secs" -max_len=4096 -timeout=10 "$work/corpus_cache" 2>&1 | tail -2
+  fuzz tuning_cache_fuzzer cache 4096
 fi
 echo "fuzzers: no findings in ${secs} s each"

@@ -20,4 +20,6 @@ echo "$out"
 grep -q "nvfp4 2 x 32, value 1.50" <<< "$out"
 grep -q "glm5 T = 16 on h200: w4a16_mma:" <<< "$out"
 grep -q "refused: quantize_nvfp4: K = 33 is not a multiple of the block size 16" <<< "$out"
+# A CUDA build (a toolkit root given) links the GPU half as well.
+[ -z "$cuda_root" ] || grep -q "cuda build: [0-9]* GPUs, layer factory linked" <<< "$out"
 echo "install test passed"

@@ -43,9 +43,15 @@ inline std::vector<uint8_t> run_oracle(const std::string& op, const std::vector<
     std::ofstream f(src, std::ios::binary);
     f.write(reinterpret_cast<const char*>(in.data()), static_cast<std::streamsize>(in.size() * 4));
   }
-  const std::string cmd = std::string(FP4MOE_PYTHON) + " " + FP4MOE_SOURCE_DIR +
-                          "/tests/oracle/fp_oracle.py " + op + " " + src.string() + " " +
-                          dst.string() + " " + extra_args;
+  // Paths quoted for the shell (a checkout under "My Projects" split into two words); extra_args
+  // are the caller's literal options.
+  const auto quoted = [](const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  const std::string cmd = quoted(FP4MOE_PYTHON) + " " + quoted(std::string(FP4MOE_SOURCE_DIR) + "/tests/oracle/fp_oracle.py") +
+                          " " + op + " " + quoted(src.string()) + " " + quoted(dst.string()) + " " + extra_args;
   const int rc = std::system(cmd.c_str());
   EXPECT_EQ(rc, 0) << "oracle failed: " << cmd;
   std::ifstream f(dst, std::ios::binary);

@@ -1,11 +1,16 @@
 // Uses the installed headers and library: a quantization, a routing, the heuristic plan and one
-// refused input; prints what it got so that the test can check it.
+// refused input; in a CUDA build also the GPU layer's factory and the CUDA runtime's device query,
+// so that the CUDA half (kernels, static cudart) links through the exported target too. Prints
+// what it got so that the test can check it.
 #include <fp4moe/error.h>
 #include <fp4moe/format.h>
 #include <fp4moe/heuristic.h>
 #include <fp4moe/hw.h>
 #include <fp4moe/moe.h>
 #include <fp4moe/version.h>
+#ifdef FP4MOE_WITH_CUDA
+#include <fp4moe/layer.h>
+#endif
 
 #include <cstdio>
 #include <vector>
@@ -18,6 +23,12 @@ int main() {
   std::printf("fp4moe %s: nvfp4 %lld x %lld, value %.2f; glm5 T = 16 on h200: %s\n", FP4MOE_VERSION,
               static_cast<long long>(q.rows), static_cast<long long>(q.cols), q.value(1, 31),
               fp4moe::format_tactic(plan.fc1).c_str());
+#ifdef FP4MOE_WITH_CUDA
+  // No GPU is needed to link these or to ask (a machine without one reports none).
+  const fp4moe::CudaEnvironment env = fp4moe::query_cuda_environment();
+  auto* const create = &fp4moe::GpuMoeLayer::create;
+  std::printf("cuda build: %zu GPUs, layer factory %s\n", env.devices.size(), create ? "linked" : "missing");
+#endif
   try {
     fp4moe::quantize_nvfp4(w, 2, 33);
     return 1;
