@@ -58,6 +58,10 @@ class GpuMoeLayer {
   // later grows the workspace outside a capture; the buffers it replaces are kept until the
   // layer is destroyed, so graphs captured before still replay.
   virtual void reserve(int64_t max_tokens) = 0;
+  // The same, and for `plans` as well: plans of the caller's own that forward() will be given
+  // (a tuned plan, a forced tactic), each for every batch up to max_tokens it takes. Throws where
+  // a plan is not one the layer runs or a tactic is not compiled in.
+  virtual void reserve(int64_t max_tokens, const std::vector<LayerPlan>& plans) = 0;
   // The plan for a batch of `tokens`: the tuning cache's tactics for the nearest bucket where
   // it has them (and they are compiled in), the documented heuristic otherwise.
   virtual LayerPlan plan_for(int64_t tokens) const = 0;

@@ -80,7 +80,8 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   int device() const override { return device_; }
   const GpuSpec& gpu() const override { return gpu_; }
   const CacheIdentity& cache_identity() const override { return identity_; }
-  void reserve(int64_t max_tokens) override;
+  void reserve(int64_t max_tokens) override { reserve(max_tokens, {}); }
+  void reserve(int64_t max_tokens, const std::vector<LayerPlan>& plans) override;
   LayerPlan plan_for(int64_t tokens) const override;
   LayerPlan plan_for_heuristic(int64_t tokens) const override { return heuristic_plan(cfg_, tokens, gpu_); }
   std::string plan_source(int64_t tokens) const override;
@@ -529,7 +530,8 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
   FP4MOE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   FP4MOE_CHECK(capture == cudaStreamCaptureStatusNone,
                "GPU layer: the workspace must grow for ", tokens,
-               " tokens during CUDA graph capture; call reserve(max_tokens) before capturing");
+               " tokens during CUDA graph capture; call reserve(max_tokens) before capturing (with the plans you "
+               "pass forward(), reserve(max_tokens, plans))");
   // Buffers are replaced below: the last eager call (on whatever stream) must have ended.
   if (called_) FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, *call_done_, 0));
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -555,7 +557,7 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
-void GpuMoeLayerImpl::reserve(int64_t max_tokens) {
+void GpuMoeLayerImpl::reserve(int64_t max_tokens, const std::vector<LayerPlan>& explicit_plans) {
   FP4MOE_CHECK(max_tokens >= 1 && max_tokens <= (int64_t{1} << 24), "reserve: max_tokens ", max_tokens,
                " out of [1, 2^24]");
   const std::lock_guard<std::mutex> lock(call_mutex_);
@@ -581,6 +583,21 @@ void GpuMoeLayerImpl::reserve(int64_t max_tokens) {
   };
   for (int64_t t = 1; t < max_tokens; t += std::max<int64_t>(1, t / 64)) visit(t);
   visit(max_tokens);
+  // The caller's own plans (forward(..., &plan)), at the largest batch each takes: refused here,
+  // by name, where no forward() could run them.
+  for (const LayerPlan& plan : explicit_plans) {
+    FP4MOE_CHECK(plan_pairs_gemms(plan), "reserve: ", format_tactic(plan.fc1), " + ", format_tactic(plan.fc2),
+                 " is not a plan the layer runs (w4a16_gemv and w4a16_fused run both GEMMs, the fused family one "
+                 "shape for both)");
+    const int64_t t = runs_gemms_together(plan.fc1.family) ? std::min<int64_t>(max_tokens, plan.fc1.tile_tokens)
+                                                           : max_tokens;
+    for (const auto& [tactic, ep, k] : {std::tuple{plan.fc1, Epilogue::kSwiglu, cfg_.hidden},
+                                        std::tuple{plan.fc2, Epilogue::kFinalize, cfg_.intermediate}}) {
+      const W4a16Kernel& kernel = kernel_for(tactic, ep);
+      grid_for(kernel, kernel.dynamic_smem_bytes(smem_shape(t, k)));
+    }
+    plans.push_back(plan);
+  }
   const OwnedStream s;  // not the legacy stream, which another thread's capture may forbid
   for (const LayerPlan& plan : plans) ensure_workspace(max_tokens, plan, s);
 }

@@ -44,7 +44,7 @@ GpuLayerRun run_gpu_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(dh.get(), hb.data(), hb.size() * 2, cudaMemcpyHostToDevice, s));
   FP4MOE_CUDA_CHECK(cudaMemcpyAsync(dl.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice, s));
   FP4MOE_CUDA_CHECK(cudaMemsetAsync(dout.get(), 0xFF, dout.bytes(), s));  // poison: NaN where unwritten
-  layer.reserve(tokens);
+  layer.reserve(tokens, {run.plan});
   layer.forward(dh.get<uint16_t>(), dl.get<float>(), tokens, dout.get<uint16_t>(), s, &run.plan);
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
   run.out.resize(tokens * cfg.hidden);

@@ -1240,5 +1240,39 @@ TEST(GpuLayer, GraphsSurviveGrowthsUnderOtherPlans) {
   }
 }
 
+// A plan of the caller's own (here the prefill family's, forced at a decode batch; the decode
+// family's on GPUs without it) captured with no eager call before it: reserve(max_tokens, plans)
+// sized the workspace for it (it was "call reserve(max_tokens)", which did not, and no call could
+// help), and the replay equals the eager call bit for bit. A plan the layer cannot run is refused
+// by reserve itself.
+TEST(GpuLayer, ReserveWithPlansLetsTheCallersPlanBeCaptured) {
+  FP4MOE_REQUIRE_GPU();
+  LayerCase fresh = make_case(odd_config(), 97);
+  const MoeConfig& cfg = fresh.weights.config;
+  const int64_t T = 24;
+  Batch in = make_batch(fresh, T, 41);
+  in.plan = fresh.layer->plan_for(8192);
+  fresh.layer->reserve(T, {in.plan});
+  DeviceBuffer dh = test::to_device(test::to_bf16_bits(in.hidden));
+  DeviceBuffer dl = test::to_device(in.logits);
+  DeviceBuffer dout(T * cfg.hidden * 2);
+  test::poison(dout);
+  const OwnedStream s;
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const CapturedGraph graph(s, [&](cudaStream_t st) {
+    fresh.layer->forward(dh.get<uint16_t>(), dl.get<float>(), T, dout.get<uint16_t>(), st, &in.plan);
+  });
+  graph.launch(s);
+  FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+  const std::vector<uint16_t> replayed = test::to_host<uint16_t>(dout, T * cfg.hidden);
+  const RunResult eager = run_layer(*fresh.layer, in.hidden, in.logits, T, &in.plan, {.reserve_first = false});
+  expect_matches_reference(fresh, in.hidden, T, eager, "eager");
+  EXPECT_EQ(replayed, eager.out) << format_tactic(in.plan.fc1) << " + " << format_tactic(in.plan.fc2);
+  LayerPlan mixed = fresh.layer->plan_for(1);
+  ASSERT_TRUE(runs_gemms_together(mixed.fc1.family));
+  mixed.fc2 = in.plan.fc2;
+  EXPECT_TRUE(test::throws_error_naming([&] { fresh.layer->reserve(T, {mixed}); }, "is not a plan the layer runs"));
+}
+
 }  // namespace
 }  // namespace fp4moe
