@@ -87,7 +87,9 @@ TEST(ResourceModel, MotivatingDeploymentExplained) {
       const ResourceReport r = model_resources(cutlass(f, m, n, k, Epilogue::kFinalize, false), gpu, DataType::kNvfp4);
       EXPECT_TRUE(r.fits) << g << " " << format_tactic(r.tactic) << ": " << r.reason;
       EXPECT_EQ(r.supported, gpu.sm == 100) << g << " " << format_tactic(r.tactic);
-      if (gpu.sm == 90) EXPECT_EQ(r.reason.find("cutlass_sm120 is sm_120/sm_121 code"), 0u) << r.reason;
+      if (gpu.sm == 90) {
+        EXPECT_EQ(r.reason.find("cutlass_sm120 is sm_120/sm_121 code"), 0u) << r.reason;
+      }
     }
   }
   // Nor does a GB10 (sm_121: no tcgen05) run sm_100 code, nor a B200 sm_120's.

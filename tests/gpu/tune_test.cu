@@ -211,8 +211,8 @@ TEST(Tuner, TimesVerifiesAndCachesEveryAdmissibleTactic) {
   EXPECT_EQ(layer->plan_source(16384), "heuristic/heuristic");  // bucket 16384 untuned
   // A small-batch FC1 entry without its FC2 partner: the plan falls back to the heuristic's, and
   // plan_source says so (it reported "cache" for the plan it did not give).
-  CacheEntry gemv_fc1{id, fc1_key(cfg), 2, Tactic{Family::kW4a16Gemv, 16, 8, 256, 2, 6, 1, Epilogue::kSwiglu, false}, 1.0};
-  CacheEntry mma_fc2{id, fc2_key(cfg), 2, Tactic{Family::kW4a16Mma, 128, 8, 256, 2, 4, 1, Epilogue::kFinalize, false}, 1.0};
+  CacheEntry gemv_fc1{id, fc1_key(cfg), 2, Tactic{Family::kW4a16Gemv, 16, 8, 256, 2, 6, 1, Epilogue::kSwiglu, false}, 1.0, {}, 0};
+  CacheEntry mma_fc2{id, fc2_key(cfg), 2, Tactic{Family::kW4a16Mma, 128, 8, 256, 2, 4, 1, Epilogue::kFinalize, false}, 1.0, {}, 0};
   const std::string mixed = (test::temp_dir() / "tuner_cache_mixed.json").string();
   std::filesystem::remove(mixed);
   layer->set_tuning_cache(std::make_shared<TuningCache>(TuningCache::merge_into_file(mixed, {gemv_fc1, mma_fc2})));
@@ -252,7 +252,7 @@ TEST(Tuner, ForeignWeightsAndEntriesTheLayerCannotRunAreRefused) {
   const std::string path = (test::temp_dir() / "tuner_cache_unrunnable.json").string();
   std::filesystem::remove(path);
   layer->set_tuning_cache(std::make_shared<TuningCache>(TuningCache::merge_into_file(
-      path, {CacheEntry{id, fc1_key(cfg), 2, gemv, 1.0}, CacheEntry{id, fc2_key(cfg), 2, gemv_fc2, 1.0}})));
+      path, {CacheEntry{id, fc1_key(cfg), 2, gemv, 1.0, {}, 0}, CacheEntry{id, fc2_key(cfg), 2, gemv_fc2, 1.0, {}, 0}})));
   EXPECT_EQ(layer->plan_source(2), "heuristic/heuristic");
   EXPECT_EQ(layer->plan_for(2).fc1, layer->plan_for_heuristic(2).fc1);
   // And the layer runs at that bucket with the plan it chose, right.

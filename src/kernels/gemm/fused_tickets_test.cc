@@ -74,7 +74,9 @@ void check_tickets(const FusedShape& shape, const LayerSize& size, int A, bool s
     tile.covered.resize(kgroups);
     for (int kg = it.kg0; kg < it.kg0 + it.nkg; ++kg) ++tile.covered[kg];
     EXPECT_TRUE(tile.chunks.insert(it.kc).second) << where << " ticket " << t << ": a K chunk stored twice";
-    if (tile.nkc >= 0) EXPECT_EQ(tile.nkc, it.nkc) << where << " ticket " << t;
+    if (tile.nkc >= 0) {
+      EXPECT_EQ(tile.nkc, it.nkc) << where << " ticket " << t;
+    }
     tile.nkc = it.nkc;
   }
 
