@@ -62,6 +62,13 @@ struct TuneOptions {
   // its winner is the heuristic's FC2 (FC1's own turns timed exactly those two plans).
   // A pair's times are the whole plan's: a GEMM's timed entries keep the times of its own turns.
   bool time_pairs = true;
+  // A candidate's call or replay still running after this many seconds is hung (a persistent
+  // kernel waiting for a ticket that never comes): the GPU runs it for ever, and nothing - not
+  // even freeing memory - can wait for it, so the tuning says which tactic on stderr and ends the
+  // process (exit status 3), after the finished buckets went to on_bucket. 0: wait for ever. The
+  // default is far above the largest bucket's layer on any supported GPU (glm5 T = 16384: ~17 ms
+  // on an H100), compute-sanitizer's slowdown included.
+  double call_deadline_s = 120;
   // Called before each measurement with a short label and the fraction done.
   std::function<void(const std::string&, double)> progress;
   // Called as each bucket's two results are final (FC2 ranked with FC1's winner before the pairs;

@@ -35,15 +35,33 @@ class TimingEvent {
   cudaEvent_t event_ = nullptr;
 };
 
+// How a timing waits for an event: by default cudaEventSynchronize; the tuner polls instead, with
+// a deadline (a candidate's kernel may never end: TuneOptions::call_deadline_s).
+using EventWait = std::function<void(cudaEvent_t)>;
+
+// Waits for the work enqueued on `stream` so far: through `wait` where given, else by
+// synchronizing the stream.
+inline void wait_for_stream(cudaStream_t stream, const EventWait& wait) {
+  if (!wait) {
+    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return;
+  }
+  const TimingEvent e;
+  FP4MOE_CUDA_CHECK(cudaEventRecord(e, stream));
+  wait(e);
+}
+
 // Times in seconds of fn() between two events, `iters` times after at least `warmup` runs -
 // and, where min_warmup_s > 0, at least that many seconds of them (wall time, the work
 // synchronized), which is how a long run's state is measured: under a power cap, for one.
 // Before each run, timed or not, `before` (untimed, e.g. an L2 flush) is enqueued. `on_timed`,
 // where given, runs once between the warm-up (finished on the GPU) and the first timed run: what
-// accounts for the timed runs alone (a clock monitor, counters) starts there.
+// accounts for the timed runs alone (a clock monitor, counters) starts there. Every wait goes
+// through `wait` (EventWait) where given.
 template <typename Fn, typename Before>
 std::vector<double> event_times(int warmup, int iters, cudaStream_t stream, Fn&& fn, Before&& before,
-                                double min_warmup_s = 0, const std::function<void()>& on_timed = {}) {
+                                double min_warmup_s = 0, const std::function<void()>& on_timed = {},
+                                const EventWait& wait = {}) {
   const TimingEvent start, stop;
   const auto t0 = std::chrono::steady_clock::now();
   auto run = [&](int n) {
@@ -56,12 +74,12 @@ std::vector<double> event_times(int warmup, int iters, cudaStream_t stream, Fn&&
   // More, in batches that double (a short fn() is not paced by the host's synchronizations),
   // until min_warmup_s has passed.
   for (int batch = std::max(1, warmup); min_warmup_s > 0; batch *= 2) {
-    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    wait_for_stream(stream, wait);
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= min_warmup_s) break;
     run(batch);
   }
   if (on_timed) {
-    FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    wait_for_stream(stream, wait);
     on_timed();
   }
   std::vector<double> times;
@@ -70,7 +88,8 @@ std::vector<double> event_times(int warmup, int iters, cudaStream_t stream, Fn&&
     FP4MOE_CUDA_CHECK(cudaEventRecord(start, stream));
     fn();
     FP4MOE_CUDA_CHECK(cudaEventRecord(stop, stream));
-    FP4MOE_CUDA_CHECK(cudaEventSynchronize(stop));
+    if (wait) wait(stop);
+    else FP4MOE_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
     FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     times.push_back(ms * 1e-3);
@@ -81,8 +100,9 @@ std::vector<double> event_times(int warmup, int iters, cudaStream_t stream, Fn&&
 // The median of event_times.
 template <typename Fn, typename Before>
 double median_event_time(int warmup, int iters, cudaStream_t stream, Fn&& fn, Before&& before,
-                         double min_warmup_s = 0, const std::function<void()>& on_timed = {}) {
-  return median(event_times(warmup, iters, stream, fn, before, min_warmup_s, on_timed));
+                         double min_warmup_s = 0, const std::function<void()>& on_timed = {},
+                         const EventWait& wait = {}) {
+  return median(event_times(warmup, iters, stream, fn, before, min_warmup_s, on_timed, wait));
 }
 
 // How interleaved_event_times takes turns: `cycles` timed cycles after `warmup_cycles` untimed
@@ -105,7 +125,7 @@ struct Turns {
 template <typename Before>
 std::vector<std::vector<double>> interleaved_event_times(const Turns& turns, cudaStream_t stream,
                                                          const std::vector<std::function<void()>>& fns,
-                                                         Before&& before, uint64_t seed) {
+                                                         Before&& before, uint64_t seed, const EventWait& wait = {}) {
   std::vector<size_t> order(fns.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::mt19937_64 rng(seed);
@@ -113,7 +133,7 @@ std::vector<std::vector<double>> interleaved_event_times(const Turns& turns, cud
   for (int c = 0; c < turns.warmup_cycles + turns.cycles; ++c) {
     std::shuffle(order.begin(), order.end(), rng);
     for (size_t i : order) {
-      const std::vector<double> t = event_times(0, turns.per_turn, stream, fns[i], before, turns.settle_s);
+      const std::vector<double> t = event_times(0, turns.per_turn, stream, fns[i], before, turns.settle_s, {}, wait);
       if (c >= turns.warmup_cycles) times[i].insert(times[i].end(), t.begin(), t.end());
     }
   }

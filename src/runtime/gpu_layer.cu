@@ -150,9 +150,16 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   // enqueue would fail as "invalid resource handle", after the workspace was touched). The
   // legacy and per-thread default streams (handles 0 and cudaStreamPerThread) are the layer's
   // GPU's, the current device being the layer's here.
+  // (cudaStreamGetDevice needs a CUDA 12.8 driver: under an older one, through minor-version
+  // compatibility, the check is skipped and a wrong stream fails at its first enqueue.)
   void check_stream_device(const char* call, cudaStream_t stream) const {
     int stream_device = -1;
-    FP4MOE_CUDA_CHECK(cudaStreamGetDevice(stream, &stream_device));
+    const cudaError_t e = cudaStreamGetDevice(stream, &stream_device);
+    if (e == cudaErrorCallRequiresNewerDriver || e == cudaErrorNotSupported) {
+      (void)cudaGetLastError();
+      return;
+    }
+    FP4MOE_CUDA_CHECK(e);
     FP4MOE_CHECK(stream_device == device_, call, ": the stream belongs to GPU ", stream_device,
                  ", the layer to GPU ", device_);
   }
@@ -168,6 +175,7 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   }
   const W4a16Kernel* find_kernel(const Tactic& t, Epilogue ep, std::string* why) const;
   bool admitted(const Tactic& t, Epilogue ep, int64_t tokens) const;
+  void refuse_unrunnable(const W4a16Kernel& k1, int64_t tokens) const;
   const W4a16Kernel& kernel_for(const Tactic& t, Epilogue ep) const;
   kernels::W4a16SmemShape smem_shape(int64_t tokens, int64_t k) const {
     return kernels::W4a16SmemShape{groups_, static_cast<int>(tokens), static_cast<int>(k), slots_};
@@ -310,7 +318,7 @@ GpuMoeLayerImpl::GpuMoeLayerImpl(const MoeWeights& w, const LayerOptions& opt) :
   // the layer's own, in order (an expert's copies wait for the previous expert's prepack, which
   // read the same staging buffers), waited for once at the end: not on the legacy stream with a
   // device-wide synchronization per expert, which would stall every other stream of the GPU (the
-  // layers serving there) and fail in the middle of another thread's capture in global mode.
+  // layers serving there) once per expert.
   const OwnedStream s;
   DeviceBuffer codes[3], scales[3];
   const int64_t sizes[3] = {I * H, I * H, H * I};
@@ -571,8 +579,7 @@ void GpuMoeLayerImpl::reserve(int64_t max_tokens, const std::vector<LayerPlan>& 
   // made a later capture fail for want of workspace. Each kernel's launch facts (shared-memory
   // limit, occupancy) are set up here too, so that no first use falls inside a capture.
   std::vector<LayerPlan> plans;
-  auto visit = [&](int64_t t) {
-    const LayerPlan plan = planned(t).first;
+  auto set_up = [&](const LayerPlan& plan, int64_t t) {
     for (const auto& [tactic, ep, k] : {std::tuple{plan.fc1, Epilogue::kSwiglu, cfg_.hidden},
                                         std::tuple{plan.fc2, Epilogue::kFinalize, cfg_.intermediate}}) {
       const W4a16Kernel& kernel = kernel_for(tactic, ep);
@@ -581,25 +588,40 @@ void GpuMoeLayerImpl::reserve(int64_t max_tokens, const std::vector<LayerPlan>& 
     if (std::none_of(plans.begin(), plans.end(), [&](const LayerPlan& q) { return q.fc1 == plan.fc1 && q.fc2 == plan.fc2; }))
       plans.push_back(plan);
   };
-  for (int64_t t = 1; t < max_tokens; t += std::max<int64_t>(1, t / 64)) visit(t);
-  visit(max_tokens);
-  // The caller's own plans (forward(..., &plan)), at the largest batch each takes: refused here,
-  // by name, where no forward() could run them.
+  auto each_t = [](int64_t most, auto&& fn) {
+    for (int64_t t = 1; t < most; t += std::max<int64_t>(1, t / 64)) fn(t);
+    fn(most);
+  };
+  each_t(max_tokens, [&](int64_t t) { set_up(planned(t).first, t); });
+  // The caller's own plans (forward(..., &plan)), at every batch each takes up to max_tokens (the
+  // small-batch family's shared memory depends on the batch): refused here, by name, where no
+  // forward() could run them.
   for (const LayerPlan& plan : explicit_plans) {
     FP4MOE_CHECK(plan_pairs_gemms(plan), "reserve: ", format_tactic(plan.fc1), " + ", format_tactic(plan.fc2),
                  " is not a plan the layer runs (w4a16_gemv and w4a16_fused run both GEMMs, the fused family one "
                  "shape for both)");
-    const int64_t t = runs_gemms_together(plan.fc1.family) ? std::min<int64_t>(max_tokens, plan.fc1.tile_tokens)
-                                                           : max_tokens;
-    for (const auto& [tactic, ep, k] : {std::tuple{plan.fc1, Epilogue::kSwiglu, cfg_.hidden},
-                                        std::tuple{plan.fc2, Epilogue::kFinalize, cfg_.intermediate}}) {
-      const W4a16Kernel& kernel = kernel_for(tactic, ep);
-      grid_for(kernel, kernel.dynamic_smem_bytes(smem_shape(t, k)));
-    }
-    plans.push_back(plan);
+    const W4a16Kernel& k1 = kernel_for(plan.fc1, Epilogue::kSwiglu);
+    const int64_t most = runs_gemms_together(plan.fc1.family) ? std::min<int64_t>(max_tokens, plan.fc1.tile_tokens)
+                                                              : max_tokens;
+    refuse_unrunnable(k1, most);  // (the expert limit of the families that route in-kernel)
+    each_t(most, [&](int64_t t) { set_up(plan, t); });
   }
   const OwnedStream s;  // not the legacy stream, which another thread's capture may forbid
   for (const LayerPlan& plan : plans) ensure_workspace(max_tokens, plan, s);
+}
+
+// What refuses a batch for a family whose kernel runs both GEMMs (the plan's FC1 kernel k1), before
+// anything is enqueued and before the workspace grows for it.
+void GpuMoeLayerImpl::refuse_unrunnable(const W4a16Kernel& k1, int64_t tokens) const {
+  if (!runs_gemms_together(k1.tactic.family)) return;
+  FP4MOE_CHECK(tokens <= k1.tactic.tile_tokens, "GPU layer: tactic ", format_tactic(k1.tactic), " takes batches of 1..",
+               k1.tactic.tile_tokens, " tokens, got ", tokens);
+  // Their kernels route in-kernel, a warp's lanes over the experts (the launch checks it too, but
+  // after the workspace grew).
+  const int most = k1.tactic.family == Family::kW4a16Gemv ? kernels::kGemvMaxRoutedExperts
+                                                           : kernels::kFusedMaxRoutedExperts;
+  FP4MOE_CHECK(cfg_.num_experts <= most, "GPU layer: tactic ", format_tactic(k1.tactic), " routes up to ", most,
+               " experts in its kernel; this layer has ", cfg_.num_experts);
 }
 
 void GpuMoeLayerImpl::poison_workspace(int64_t tokens, const LayerPlan& plan, GpuStream stream) {
@@ -608,18 +630,25 @@ void GpuMoeLayerImpl::poison_workspace(int64_t tokens, const LayerPlan& plan, Gp
   const std::lock_guard<std::mutex> lock(call_mutex_);
   const ScopedDevice on_device(device_);
   check_stream_device("poison_workspace", stream);
-  kernel_for(plan.fc1, Epilogue::kSwiglu);  // a tactic not compiled in is refused by name
+  refuse_unrunnable(kernel_for(plan.fc1, Epilogue::kSwiglu), tokens);  // (a tactic not compiled in: by name)
   kernel_for(plan.fc2, Epilogue::kFinalize);
   // ensure_workspace refuses a growth under capture, and the fills below would be captured too.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   FP4MOE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   FP4MOE_CHECK(capture == cudaStreamCaptureStatusNone, "poison_workspace: not during a CUDA graph capture");
   if (called_) FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, *call_done_, 0));
-  ensure_workspace(tokens, plan, stream);
-  // Values only: 0xFF bytes are NaN as bf16 and as fp32. The ids, offsets, row maps and counters
-  // are not poisoned: a wrong index there is an out-of-bounds access, not a wrong answer.
-  for (DeviceBuffer* b : {&topk_w_, &row_weight_, &act_, &partials_, &rows_out_, &x_perm_, &fused_partials_})
-    if (b->bytes() > 0) FP4MOE_CUDA_CHECK(cudaMemsetAsync(b->get(), 0xFF, b->bytes(), stream));
+  try {
+    ensure_workspace(tokens, plan, stream);
+    // Values only: 0xFF bytes are NaN as bf16 and as fp32. The ids, offsets, row maps and
+    // counters are not poisoned: a wrong index there is an out-of-bounds access, not a wrong answer.
+    for (DeviceBuffer* b : {&topk_w_, &row_weight_, &act_, &partials_, &rows_out_, &x_perm_, &fused_partials_})
+      if (b->bytes() > 0) FP4MOE_CUDA_CHECK(cudaMemsetAsync(b->get(), 0xFF, b->bytes(), stream));
+  } catch (...) {
+    // Fills already enqueued: the next call, on whatever stream, must still wait for them.
+    if (cudaEventRecord(*call_done_, stream) == cudaSuccess) called_ = true;
+    else (void)cudaGetLastError();  // the error thrown is the one to report
+    throw;
+  }
   FP4MOE_CUDA_CHECK(cudaEventRecord(*call_done_, stream));
   called_ = true;
 }
@@ -671,16 +700,7 @@ void GpuMoeLayerImpl::enqueue(const uint16_t* hidden, const float* logits, int64
   // What can refuse the call (a kernel that cannot run at this shape) refuses it before anything
   // is enqueued, and before the workspace grows for it: a refused call must neither keep the
   // memory of a batch it does not run nor, under capture, be reported as wanting a reserve().
-  if (runs_gemms_together(k1.tactic.family)) {
-    FP4MOE_CHECK(tokens <= k1.tactic.tile_tokens, "GPU layer: tactic ", format_tactic(k1.tactic), " takes batches of 1..",
-                 k1.tactic.tile_tokens, " tokens, got ", tokens);
-    // Their kernels route in-kernel, a warp's lanes over the experts (the launch checks it too,
-    // but after the workspace grew).
-    const int most = k1.tactic.family == Family::kW4a16Gemv ? kernels::kGemvMaxRoutedExperts
-                                                             : kernels::kFusedMaxRoutedExperts;
-    FP4MOE_CHECK(cfg_.num_experts <= most, "GPU layer: tactic ", format_tactic(k1.tactic), " routes up to ", most,
-                 " experts in its kernel; this layer has ", cfg_.num_experts);
-  }
+  refuse_unrunnable(k1, tokens);
   grid_for(k1, k1.dynamic_smem_bytes(smem_shape(tokens, cfg_.hidden)));
   grid_for(k2, k2.dynamic_smem_bytes(smem_shape(tokens, cfg_.intermediate)));
   ensure_workspace(tokens, plan, s);

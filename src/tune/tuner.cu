@@ -33,6 +33,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -57,9 +59,6 @@
 namespace fp4moe {
 namespace {
 
-// How long one eager call of a candidate may take before the tuning calls it hung: far above the
-// largest bucket's layer on any supported GPU (glm5 at T = 16384: ~17 ms on an H100).
-constexpr int kCallDeadlineSeconds = 60;
 
 struct Batch {
   int64_t tokens = 0;
@@ -171,31 +170,36 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
                  "bucket");
 
     // A kernel that never ends (a persistent kernel waiting for a ticket or an arrival that never
-    // comes) would hang a cudaStreamSynchronize, and the tuning with it, naming nothing: a
-    // candidate's eager calls are waited for by polling, up to kCallDeadlineSeconds.
-    bool hung = false;
-    auto wait_call = [&] {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(kCallDeadlineSeconds);
-      for (cudaError_t e; (e = cudaStreamQuery(s)) != cudaSuccess;) {
+    // comes) would hang a synchronization, and the tuning with it, naming nothing. A candidate's
+    // calls and timed replays are waited for by polling, up to call_deadline_s; past it the
+    // process ends (TuneOptions::call_deadline_s): no exception could unwind, since freeing the
+    // batch's memory waits for the hung kernel too.
+    std::string running;  // the plan being waited for, for the message
+    auto wait_until_done = [&](auto&& done) {
+      const auto start = std::chrono::steady_clock::now();
+      for (cudaError_t e; (e = done()) != cudaSuccess;) {
         if (e != cudaErrorNotReady) FP4MOE_CUDA_CHECK(e);
-        if (std::chrono::steady_clock::now() > until) {
-          hung = true;
-          FP4MOE_FAIL("one call did not finish in ", kCallDeadlineSeconds, " s");
+        if (opt.call_deadline_s > 0 &&
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > opt.call_deadline_s) {
+          std::fprintf(stderr, "fp4moe: error: tuning: %s at T = %lld did not finish in %g s (a hung kernel: the GPU "
+                               "still runs it); the finished buckets were handed over; rerun without this tactic\n",
+                       running.c_str(), static_cast<long long>(T), opt.call_deadline_s);
+          std::fflush(stderr);
+          std::_Exit(3);
         }
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
     };
+    auto wait_call = [&] { wait_until_done([&] { return cudaStreamQuery(s); }); };
+    auto wait_event = [&](cudaEvent_t ev) { wait_until_done([&] { return cudaEventQuery(ev); }); };
     // A failed launch must not poison the next candidate: clear the error state and reject the
     // tactic; a sticky error (the context is lost) cannot be cleared and ends the tuning with
-    // its culprit, as does a call that hangs (the GPU still runs it: only ending the process
-    // stops it). Returns whether fn ran.
+    // its culprit. Returns whether fn ran.
     auto guarded = [&](TuneResult& r, const Tactic& t, auto&& fn) -> bool {
       try {
         fn();
         return true;
       } catch (const Error& e) {
-        FP4MOE_CHECK(!hung, "tuning: tactic ", format_tactic(t), " at T = ", T, " hangs (", e.what(),
-                     "); the GPU is still running it, so the tuning ends here; rerun without it");
         cudaGetLastError();
         const cudaError_t sticky = cudaDeviceSynchronize();
         FP4MOE_CHECK(sticky == cudaSuccess, "tuning: tactic ", format_tactic(t), " left the GPU context unusable (",
@@ -210,6 +214,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
     // that skips part of its work would pass on what an earlier one left there (and, faster for
     // it, win).
     auto verify = [&](const LayerPlan& plan, std::vector<uint16_t>& out) -> std::string {
+      running = format_tactic(plan.fc1) + " + " + format_tactic(plan.fc2);
       layer.poison_workspace(T, plan, s);
       FP4MOE_CUDA_CHECK(cudaMemsetAsync(b.out.get(), 0xFF, b.out.bytes(), s));
       layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), s, &plan);
@@ -232,6 +237,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
     // layer's workspace for the plan (another plan may have grown it since; a buffer that grows
     // is replaced, and the one a graph captured is kept for it).
     auto capture = [&](const LayerPlan& plan) {
+      running = format_tactic(plan.fc1) + " + " + format_tactic(plan.fc2);
       layer.forward(b.hidden.get<uint16_t>(), b.logits.get<float>(), T, b.out.get<uint16_t>(), s, &plan);
       wait_call();  // the second call of a plan: one that leaves its counters wrong hangs here
       return std::make_unique<CapturedGraph>(s, [&](cudaStream_t st) {
@@ -245,7 +251,8 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       std::vector<std::function<void()>> replays;
       for (const auto& g : graphs) replays.push_back([&s, &g] { g->launch(s); });
       const Turns turns{0, opt.finalist_cycles, opt.finalist_turn_replays, opt.finalist_settle_ms * 1e-3};
-      std::vector<std::vector<double>> us = interleaved_event_times(turns, s, replays, [&] { flusher.flush(s); }, seed);
+      std::vector<std::vector<double>> us = interleaved_event_times(turns, s, replays, [&] { flusher.flush(s); }, seed,
+                                                                          wait_event);
       for (auto& v : us)
         for (double& x : v) x *= 1e6;
       return us;
@@ -293,11 +300,12 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
               wrong = verify(plan, first);
               if (!wrong.empty()) return;
               const auto graph = capture(plan);
-              us = 1e6 * median_event_time(opt.warmup, opt.iters, s, [&] { graph->launch(s); }, [&] { flusher.flush(s); });
+              us = 1e6 * median_event_time(opt.warmup, opt.iters, s, [&] { graph->launch(s); }, [&] { flusher.flush(s); },
+                                           0, {}, wait_event);
               // The last replay's output is the first call's, bit for bit (the layer is
               // deterministic): a tactic whose counters or tickets are left wrong by one call is
               // right once and wrong after, and must not be timed on its wrong calls.
-              FP4MOE_CUDA_CHECK(cudaStreamSynchronize(s));
+              wait_call();
               std::vector<uint16_t> last(first.size());
               FP4MOE_CUDA_CHECK(cudaMemcpy(last.data(), b.out.get(), last.size() * 2, cudaMemcpyDeviceToHost));
               const RowDifference row = worst_row_difference(last, first, cfg.hidden);
@@ -331,6 +339,8 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
         for (size_t i : fin)
           if (guarded(r, r.timed[i].tactic, [&] { graphs.push_back(capture(plans[i])); })) timed_of.push_back(i);
           else failed[i] = true;
+        running = "one of the finalists in turns (" + std::to_string(graphs.size()) + " plans of " +
+                  (stage == 1 ? "FC1" : "FC2") + " candidates)";
         const std::vector<std::vector<double>> us = in_turns(graphs, opt.seed + T);
         for (size_t j = 0; j < timed_of.size(); ++j) r.timed[timed_of[j]].interleaved_us = us[j];
         for (size_t i = r.timed.size(); i-- > 0;)
@@ -373,6 +383,7 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
                        format_tactic(p.fc2), " is wrong (", wrong, ") although each tactic passed alone");
           graphs.push_back(capture(plan));
         }
+        running = "one of the pairs in turns (" + std::to_string(graphs.size()) + " plans)";
         const std::vector<std::vector<double>> us = in_turns(graphs, opt.seed + 2 * T + 1);
         for (size_t j = 0; j < pairs.size(); ++j) pairs[j].interleaved_us = us[j];
         choose_pair(std::move(pairs), r1, r2, opt.keep_heuristic_margin);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -402,15 +403,18 @@ TuningCache TuningCache::merge_into_file(const std::string& path, const std::vec
   }
   for (const auto& e : entries) merged.put(e);
   const int sm = entries.empty() ? (merged.entries_.empty() ? 0 : merged.entries_[0].id.sm) : entries[0].id.sm;
-  // Temporary files exist only while a writer holds the lock: any found now is what a killed
-  // writer left, and goes.
+  // A temporary file exists only while its writer holds the lock, for the moments of one write:
+  // one ten minutes old is what a killed writer left, and goes. (Not any found now: where the lock
+  // is not shared - NFS without working flock, two hosts - a younger one may be a live writer's.)
   const std::string tmp_prefix = p.filename().string() + ".tmp.";
+  const auto stale_before = fs::file_time_type::clock::now() - std::chrono::minutes(10);
   for (fs::directory_iterator it(p.has_parent_path() ? p.parent_path() : fs::path("."), ec), end; !ec && it != end;
-       it.increment(ec))
-    if (it->path().filename().string().starts_with(tmp_prefix) && it->is_regular_file(ec)) {
-      std::error_code ignored;  // a file another user owns stays: this write does not need its name
+       it.increment(ec)) {
+    std::error_code ignored;  // a file another user owns stays: this write does not need its name
+    if (it->path().filename().string().starts_with(tmp_prefix) && it->is_regular_file(ignored) &&
+        fs::last_write_time(it->path(), ignored) < stale_before)
       fs::remove(it->path(), ignored);
-    }
+  }
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   write_durably(tmp, render(merged.entries_, sm));
   fs::rename(tmp, path, ec);  // atomic replacement: readers see the old or the new file, whole

@@ -281,17 +281,22 @@ TEST(TuningCache, ImpossibleEntriesAndOddPathsAreReportedAndIgnored) {
   EXPECT_EQ(w.size(), 1u);
 }
 
-// A writer killed between writing its temporary file and renaming it leaves the file behind; the
-// next merge (under the lock, when no writer can be mid-write) removes it, and leaves other
-// files alone.
-TEST(TuningCache, AKilledWritersTemporaryFileIsRemovedByTheNextMerge) {
+// A writer killed between writing its temporary file and renaming it leaves the file behind; a
+// later merge removes it once it is ten minutes old (a younger one may be a live writer's where
+// the lock is not shared), and leaves other files alone.
+TEST(TuningCache, AKilledWritersTemporaryFileIsRemovedByALaterMerge) {
   const std::string path = fresh("cache_stale.json");
-  const std::string stale = path + ".tmp.999999999", other = path + ".notes";
+  const std::string stale = path + ".tmp.999999999", young = path + ".tmp.999999998", other = path + ".notes";
   std::ofstream(stale) << "{ half a file";
+  std::ofstream(young) << "{ being written";
   std::ofstream(other) << "mine";
+  fs::last_write_time(stale, fs::file_time_type::clock::now() - std::chrono::minutes(11));
+  fs::last_write_time(other, fs::file_time_type::clock::now() - std::chrono::minutes(11));
   TuningCache::merge_into_file(path, {entry(16, 8)});
   EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(young));
   EXPECT_TRUE(fs::exists(other));
+  fs::remove(young);
   fs::remove(other);
   std::vector<std::string> w;
   EXPECT_EQ(TuningCache::load(path, &w).entries().size(), 1u);

@@ -49,9 +49,10 @@ for n, t in {"ok": '{"weight_map": {"a": "s.safetensors"}}', "bad": '{"weight_ma
     open(os.path.join(w, "corpus_index", n), "w").write(t)
 PY
 # Each run's whole output goes to its log, printed in full on a finding (the sanitizer's stack,
-# the crashing input's file); the seed is printed, so a finding can be replayed.
+# the crashing input as base64: the reproducer, `FUZZER INPUT_FILE`); the seed is printed and
+# FP4MOE_FUZZ_SEED sets it (a time-bounded run that grew its corpus does not repeat exactly).
 seed=${FP4MOE_FUZZ_SEED:-$(( ($(date +%s) % 100000) + 1 ))}
-echo "fuzz seed $seed (FP4MOE_FUZZ_SEED=$seed replays this run)"
+echo "fuzz seed $seed"
 fuzz() {  # NAME CORPUS MAX_LEN
   local log="$work/$1.log"
   if "$work/$1" -seed="$seed" -max_total_time="$secs" -max_len="$3" -timeout=10 -artifact_prefix="$work/$1-" \
