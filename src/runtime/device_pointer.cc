@@ -4,26 +4,17 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#include <mutex>
 #include <utility>
+
+#include "kernels/common/driver_entry_point.h"
 
 namespace fp4moe {
 namespace {
 
-// cuMemGetAddressRange through the runtime's driver entry point (the library links the runtime
-// statically and never the driver library itself); null where the driver lacks it.
+// cuMemGetAddressRange (driver_entry_point.h); null where the driver lacks it.
 PFN_cuMemGetAddressRange_v3020 address_range_fn() {
-  static PFN_cuMemGetAddressRange_v3020 fn = nullptr;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 3020, cudaEnableDefault, &found) == cudaSuccess &&
-        found == cudaDriverEntryPointSuccess)
-      fn = reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(p);
-    else
-      (void)cudaGetLastError();
-  });
+  static const PFN_cuMemGetAddressRange_v3020 fn =
+      driver_entry_point<PFN_cuMemGetAddressRange_v3020>("cuMemGetAddressRange", 3020);
   return fn;
 }
 

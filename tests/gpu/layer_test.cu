@@ -41,6 +41,7 @@
 #include "fp4moe/synthetic.h"
 #include "gpu_test_util.h"
 #include "routing_check.h"
+#include "kernels/common/driver_entry_point.h"
 #include "kernels/gemm/w4a16_registry.h"
 #include "runtime/captured_graph.h"
 #include "tune/output_check.h"
@@ -662,11 +663,8 @@ class TwoChunkRange {
  private:
   template <typename F>
   static void get(F& f, const char* name) {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    FP4MOE_CUDA_CHECK(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found));
-    FP4MOE_CHECK(found == cudaDriverEntryPointSuccess && p, "the driver has no ", name);
-    f = reinterpret_cast<F>(p);
+    f = driver_entry_point<F>(name, 12000);
+    FP4MOE_CHECK(f != nullptr, "the driver has no ", name);
   }
   static void check(CUresult r, const char* what) { FP4MOE_CHECK(r == CUDA_SUCCESS, "virtual memory: ", what, " failed: ", int(r)); }
   PFN_cuMemCreate_v10020 create_ = nullptr;

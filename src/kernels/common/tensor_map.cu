@@ -3,26 +3,17 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
-#include <mutex>
-
 #include "fp4moe/error.h"
 #include "kernels/common/cuda_check.h"
+#include "kernels/common/driver_entry_point.h"
 
 namespace fp4moe::kernels {
 namespace {
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    FP4MOE_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                       cudaEnableDefault, &found));
-    FP4MOE_CHECK(found == cudaDriverEntryPointSuccess && p != nullptr,
-                 "tensor map: the driver has no cuTensorMapEncodeTiled (needs CUDA 12 or newer)");
-    fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  });
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn =
+      driver_entry_point<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled", 12000);
+  FP4MOE_CHECK(fn != nullptr, "tensor map: the driver has no cuTensorMapEncodeTiled (needs CUDA 12 or newer)");
   return fn;
 }
 
