@@ -176,6 +176,13 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   const W4a16Kernel* find_kernel(const Tactic& t, Epilogue ep, std::string* why) const;
   bool admitted(const Tactic& t, Epilogue ep, int64_t tokens) const;
   void refuse_unrunnable(const W4a16Kernel& k1, int64_t tokens) const;
+  // call_done_ recorded on `stream` after work that threw part way: the next call, on whatever
+  // stream, still waits for what was enqueued. A failure here is dropped: the error being thrown
+  // is the one to report.
+  void mark_done_after_throw(cudaStream_t stream) {
+    if (cudaEventRecord(*call_done_, stream) == cudaSuccess) called_ = true;
+    else (void)cudaGetLastError();
+  }
   const W4a16Kernel& kernel_for(const Tactic& t, Epilogue ep) const;
   kernels::W4a16SmemShape smem_shape(int64_t tokens, int64_t k) const {
     return kernels::W4a16SmemShape{groups_, static_cast<int>(tokens), static_cast<int>(k), slots_};
@@ -644,9 +651,7 @@ void GpuMoeLayerImpl::poison_workspace(int64_t tokens, const LayerPlan& plan, Gp
     for (DeviceBuffer* b : {&topk_w_, &row_weight_, &act_, &partials_, &rows_out_, &x_perm_, &fused_partials_})
       if (b->bytes() > 0) FP4MOE_CUDA_CHECK(cudaMemsetAsync(b->get(), 0xFF, b->bytes(), stream));
   } catch (...) {
-    // Fills already enqueued: the next call, on whatever stream, must still wait for them.
-    if (cudaEventRecord(*call_done_, stream) == cudaSuccess) called_ = true;
-    else (void)cudaGetLastError();  // the error thrown is the one to report
+    mark_done_after_throw(stream);  // fills already enqueued: the next call must wait for them
     throw;
   }
   FP4MOE_CUDA_CHECK(cudaEventRecord(*call_done_, stream));
@@ -668,11 +673,7 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
   try {
     enqueue(hidden, logits, tokens, out, stream, plan, events);
   } catch (...) {
-    // Part of the call may be enqueued: the next call must still wait for it.
-    if (eager) {
-      if (cudaEventRecord(*call_done_, stream) == cudaSuccess) called_ = true;
-      else (void)cudaGetLastError();  // the error thrown is the one to report
-    }
+    if (eager) mark_done_after_throw(stream);  // part of the call may be enqueued: the next waits for it
     throw;
   }
   if (!eager)  // the graph addresses the workspace as it is now

@@ -308,11 +308,12 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
               wait_call();
               std::vector<uint16_t> last(first.size());
               FP4MOE_CUDA_CHECK(cudaMemcpy(last.data(), b.out.get(), last.size() * 2, cudaMemcpyDeviceToHost));
-              const RowDifference row = worst_row_difference(last, first, cfg.hidden);
-              if (last != first)
+              if (last != first) {
+                const RowDifference row = worst_row_difference(last, first, cfg.hidden);
                 wrong = "not reproducible: after " + std::to_string(opt.warmup + opt.iters) +
                         " graph replays the output differs from its first call's (token " + std::to_string(row.row) +
                         ", relative " + std::to_string(row.rel) + ")";
+              }
             }))
           continue;
         if (!wrong.empty()) {
