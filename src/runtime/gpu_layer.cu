@@ -152,6 +152,9 @@ class GpuMoeLayerImpl final : public GpuMoeLayer {
   // GPU's, the current device being the layer's here.
   // (cudaStreamGetDevice needs a CUDA 12.8 driver: under an older one, through minor-version
   // compatibility, the check is skipped and a wrong stream fails at its first enqueue.)
+  // Only for a stream that is not capturing: on a capturing stream the driver refuses the query
+  // (cudaErrorStreamCaptureUnsupported) and invalidates the capture, so callers ask
+  // cudaStreamIsCapturing, which is capture-safe, first.
   void check_stream_device(const char* call, cudaStream_t stream) const {
     int stream_device = -1;
     const cudaError_t e = cudaStreamGetDevice(stream, &stream_device);
@@ -636,13 +639,13 @@ void GpuMoeLayerImpl::poison_workspace(int64_t tokens, const LayerPlan& plan, Gp
                " out of [1, 2^24]");
   const std::lock_guard<std::mutex> lock(call_mutex_);
   const ScopedDevice on_device(device_);
-  check_stream_device("poison_workspace", stream);
-  refuse_unrunnable(kernel_for(plan.fc1, Epilogue::kSwiglu), tokens);  // (a tactic not compiled in: by name)
-  kernel_for(plan.fc2, Epilogue::kFinalize);
   // ensure_workspace refuses a growth under capture, and the fills below would be captured too.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   FP4MOE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   FP4MOE_CHECK(capture == cudaStreamCaptureStatusNone, "poison_workspace: not during a CUDA graph capture");
+  check_stream_device("poison_workspace", stream);
+  refuse_unrunnable(kernel_for(plan.fc1, Epilogue::kSwiglu), tokens);  // (a tactic not compiled in: by name)
+  kernel_for(plan.fc2, Epilogue::kFinalize);
   if (called_) FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, *call_done_, 0));
   try {
     ensure_workspace(tokens, plan, stream);
@@ -662,9 +665,11 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
                           cudaStream_t stream, const LayerPlan* plan, void* const* events) {
   const std::lock_guard<std::mutex> lock(call_mutex_);
   const ScopedDevice on_device(device_);
-  check_stream_device("forward", stream);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   FP4MOE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  // Under capture a stream of another GPU is not caught here (the query would break the
+  // capture); its first captured launch fails instead, and the capture with it.
+  if (capture == cudaStreamCaptureStatusNone) check_stream_device("forward", stream);
   // A captured call is ordered when its graph is launched, by whoever launches it; an eager call
   // is ordered here after the previous eager call - always, not only when the stream handle
   // differs: two threads' cudaStreamPerThread are one handle and two streams.
