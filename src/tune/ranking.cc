@@ -7,6 +7,8 @@
 
 #include "common/median.h"
 #include "fp4moe/error.h"
+#include "fp4moe/heuristic.h"
+#include "fp4moe/resource_model.h"
 
 namespace fp4moe {
 
@@ -52,6 +54,24 @@ bool rank_timed(std::vector<TimedTactic>& timed, const Tactic& incumbent, double
   if (inc->time_us > timed.front().time_us * (1 + keep_margin)) return false;
   std::rotate(timed.begin(), inc, inc + 1);
   return true;
+}
+
+std::vector<Tactic> admissible_candidates(const std::vector<Tactic>& compiled, Epilogue ep, const MoeConfig& cfg,
+                                          int64_t tokens, const GpuSpec& gpu, std::vector<RejectedTactic>& rejected) {
+  const Epilogue other = ep == Epilogue::kSwiglu ? Epilogue::kFinalize : Epilogue::kSwiglu;
+  std::vector<Tactic> ok;
+  for (const Tactic& t : compiled) {
+    if (t.epilogue != ep) continue;
+    ResourceReport rep = model_resources(t, gpu, DataType::kNvfp4, gemm_model_options(cfg, tokens, ep));
+    if (rep.fits && runs_gemms_together(t.family)) {
+      const Tactic twin = with_epilogue(t, other);
+      rep = model_resources(twin, gpu, DataType::kNvfp4, gemm_model_options(cfg, tokens, other));
+      if (!rep.fits) rep.reason = "its twin " + format_tactic(twin) + " for the other GEMM: " + rep.reason;
+    }
+    if (rep.fits) ok.push_back(t);
+    else rejected.push_back({t, "resource model: " + rep.reason});
+  }
+  return ok;
 }
 
 std::vector<Tactic> fc2_candidates(const std::vector<Tactic>& candidates, const Tactic& fc1_winner,

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
+#include "fp4moe/hw.h"
+#include "fp4moe/moe.h"
 #include "fp4moe/tune.h"
 
 namespace fp4moe {
@@ -23,6 +26,14 @@ std::vector<size_t> pick_finalists(const std::vector<TimedTactic>& timed, const 
 // moves to the front when it is within keep_margin of the fastest finalist (the return value
 // says so).
 bool rank_timed(std::vector<TimedTactic>& timed, const Tactic& incumbent, double keep_margin);
+
+// The tactics of `compiled` of epilogue `ep` that the resource model admits for `cfg`'s GEMM of
+// that epilogue at `tokens` on `gpu`; the others go to `rejected` with the model's verdict. A
+// family that runs both GEMMs in one plan (runs_gemms_together) is judged for the other GEMM too,
+// as its twin: glm5's small-batch FC1 fits at T = 8 where its FC2 (the 9 slots' activations of
+// K = 2048, staged whole) does not, and would otherwise be launched only to fail.
+std::vector<Tactic> admissible_candidates(const std::vector<Tactic>& compiled, Epilogue ep, const MoeConfig& cfg,
+                                          int64_t tokens, const GpuSpec& gpu, std::vector<RejectedTactic>& rejected);
 
 // FC2's candidates once FC1 is ranked. A family that runs both GEMMs (runs_gemms_together) is
 // timed as a whole plan with its twin in FC1's ranking: where FC1's winner is such a tactic, FC2

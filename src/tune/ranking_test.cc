@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "fp4moe/error.h"
+#include "fp4moe/heuristic.h"
+#include "fp4moe/hw.h"
+#include "fp4moe/resource_model.h"
 
 namespace fp4moe {
 namespace {
@@ -203,6 +206,39 @@ TEST(Fc2Candidates, TheTwinOfATogetherWinnerElseNoneOfThoseFamilies) {
   rejected.clear();
   EXPECT_EQ(fc2_candidates({mma}, fc1(fused), rejected), (std::vector<Tactic>{fused}));
   EXPECT_EQ(rejected.size(), 1u);
+}
+
+// On an H100 at glm5 T = 8 the small-batch family's FC1 (K = 6144) fits and its FC2 does not:
+// FC2 stages the 9 slots' activations of K = 2048 whole (~296 KB). The FC1 candidate runs both
+// GEMMs, so the model rejects it there by its twin's verdict, before any launch; at T = 1 both
+// fit. The stream-K family, one GEMM a tactic, is judged for its own GEMM alone.
+TEST(AdmissibleCandidates, AFamilyThatRunsBothGemmsIsJudgedByItsTwinToo) {
+  const GpuSpec gpu = *find_known_gpu("h100");
+  const MoeConfig cfg = MoeConfig::glm5();
+  const Tactic gemv{Family::kW4a16Gemv, 16, 8, 256, 2, 6, 1, Epilogue::kSwiglu, false};
+  const Tactic mma{Family::kW4a16Mma, 128, 8, 256, 4, 8, 1, Epilogue::kSwiglu, false};
+  const Tactic mma_fc2 = with_epilogue(mma, Epilogue::kFinalize);
+  const std::vector<Tactic> compiled = {gemv, mma, mma_fc2};
+  ASSERT_TRUE(model_resources(gemv, gpu, DataType::kNvfp4, gemm_model_options(cfg, 8, Epilogue::kSwiglu)).fits)
+      << "the premise: FC1's own verdict admits it";
+  std::vector<RejectedTactic> rejected;
+  EXPECT_EQ(admissible_candidates(compiled, Epilogue::kSwiglu, cfg, 8, gpu, rejected), (std::vector<Tactic>{mma}));
+  ASSERT_EQ(rejected.size(), 1u);
+  EXPECT_EQ(rejected[0].tactic, gemv);
+  EXPECT_EQ(rejected[0].reason.rfind("resource model: its twin " +
+                                         format_tactic(with_epilogue(gemv, Epilogue::kFinalize)) + " for the other GEMM: ",
+                                     0),
+            0u)
+      << rejected[0].reason;
+  rejected.clear();
+  EXPECT_EQ(admissible_candidates(compiled, Epilogue::kSwiglu, cfg, 1, gpu, rejected), (std::vector<Tactic>{gemv, mma}));
+  EXPECT_TRUE(rejected.empty());
+  // FC2's list: only the finalize tactics are looked at; the gemv FC2 itself fails by its own verdict.
+  EXPECT_EQ(admissible_candidates({with_epilogue(gemv, Epilogue::kFinalize), mma, mma_fc2}, Epilogue::kFinalize, cfg, 8,
+                                  gpu, rejected),
+            (std::vector<Tactic>{mma_fc2}));
+  ASSERT_EQ(rejected.size(), 1u);
+  EXPECT_EQ(rejected[0].reason.find("its twin"), std::string::npos) << rejected[0].reason;
 }
 
 TEST(Fc2Incumbent, TheFc2ThatFc1sWinnerWasTimedWith) {

@@ -111,16 +111,9 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
   L2Flusher flusher(gpu.l2_bytes);
   const OwnedStream s;
 
-  // Candidates: every compiled tactic of the GEMM's epilogue; the model rejects what cannot run.
+  // Candidates: every compiled tactic of the GEMM's epilogue that the model admits (ranking.h).
   auto candidates = [&](Epilogue ep, int64_t T, TuneResult& r) {
-    std::vector<Tactic> ok;
-    for (const Tactic& t : compiled_w4a16_tactics()) {
-      if (t.epilogue != ep) continue;
-      const ResourceReport rep = model_resources(t, gpu, DataType::kNvfp4, gemm_model_options(cfg, T, ep));
-      if (rep.fits) ok.push_back(t);
-      else r.rejected.push_back({t, "resource model: " + rep.reason});
-    }
-    return ok;
+    return admissible_candidates(compiled_w4a16_tactics(), ep, cfg, T, gpu, r.rejected);
   };
 
   std::vector<TuneResult> results;
