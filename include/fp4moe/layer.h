@@ -87,12 +87,16 @@ class GpuMoeLayer {
   // its graph is launched: graph launches of one layer must not overlap each other or eager
   // calls (launch them on one stream, or order them with events). Batches that should overlap
   // need a layer each. A graph captured from a layer's calls addresses the layer's memory:
-  // destroy it before the layer.
+  // destroy it before the layer. An eager call may run while another thread (or another stream of
+  // this one) captures, in any capture mode: it neither fails for that capture nor invalidates it.
+  // The legacy default stream (0) is refused by name while a blocking stream of the GPU captures.
   virtual void forward(const uint16_t* hidden, const float* logits, int64_t tokens,
                        uint16_t* out, GpuStream stream, const LayerPlan* plan = nullptr) = 0;
 
   // As forward(), recording events (cudaEvent_t) on `stream`: events[0] before the routing,
-  // [1] after it, [2] after FC1, [3] after FC2 - the benchmark's per-stage times.
+  // [1] after it, [2] after FC1, [3] after FC2 - the benchmark's per-stage times. Eager calls
+  // only: under capture the events become nodes of the graph, which its replays do not record
+  // into the caller's events.
   virtual void forward_with_events(const uint16_t* hidden, const float* logits, int64_t tokens,
                                    uint16_t* out, GpuStream stream, void* const (&events)[4],
                                    const LayerPlan* plan = nullptr) = 0;

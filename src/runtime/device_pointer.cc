@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kernels/common/driver_entry_point.h"
+#include "runtime/capture_mode.h"
 
 namespace fp4moe {
 namespace {

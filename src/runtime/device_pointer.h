@@ -19,20 +19,6 @@
 
 namespace fp4moe {
 
-// Within its scope the calling thread's stream capture mode is relaxed: a call the runtime
-// counts as potentially unsafe during a capture (in global or thread-local mode it would fail and
-// invalidate the capture) runs as outside one. For queries that enqueue nothing.
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode() { FP4MOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&previous_)); }
-  ~RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&previous_); }
-  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
-  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
-
- private:
-  cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
-};
-
 // A layer call's three arrays, checked before anything is enqueued; `call` begins each message
 // ("forward: null device pointer", "EP forward: hidden is host memory ..."):
 // - none null;

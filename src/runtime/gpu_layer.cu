@@ -35,6 +35,7 @@
 #include "kernels/moe/routing.cuh"
 #include "kernels/moe/weight_prep.h"
 #include "runtime/device_buffer.h"
+#include "runtime/capture_mode.h"
 #include "runtime/device_pointer.h"
 
 namespace fp4moe {
@@ -544,12 +545,13 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
   bool grow = false;
   for (const Need& n : needs) grow |= n.buf->bytes() < n.bytes;
   if (!grow) return;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  FP4MOE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  FP4MOE_CHECK(capture == cudaStreamCaptureStatusNone,
+  FP4MOE_CHECK(capture_status("GPU layer", stream) == cudaStreamCaptureStatusNone,
                "GPU layer: the workspace must grow for ", tokens,
                " tokens during CUDA graph capture; call reserve(max_tokens) before capturing (with the plans you "
                "pass forward(), reserve(max_tokens, plans))");
+  // Allocations and frees, relaxed: another thread's capture in global mode neither refuses them
+  // nor is invalidated by them (capture_mode.h).
+  const RelaxedCaptureMode relaxed;
   // Buffers are replaced below: the last eager call (on whatever stream) must have ended.
   if (called_) FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, *call_done_, 0));
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -580,6 +582,7 @@ void GpuMoeLayerImpl::reserve(int64_t max_tokens, const std::vector<LayerPlan>& 
                " out of [1, 2^24]");
   const std::lock_guard<std::mutex> lock(call_mutex_);
   const ScopedDevice on_device(device_);
+  const RelaxedCaptureMode relaxed;  // its stream, kernel set-up and allocations (capture_mode.h)
   // Every buffer at its largest over plan_for()'s plans (cache or heuristic) up to max_tokens:
   // each plan's buffers for max_tokens, since a plan chosen at T <= max_tokens may serve any
   // batch up to the next bucket (a prefill plan's gather buffer, say, at 700 tokens from 512's).
@@ -640,9 +643,9 @@ void GpuMoeLayerImpl::poison_workspace(int64_t tokens, const LayerPlan& plan, Gp
   const std::lock_guard<std::mutex> lock(call_mutex_);
   const ScopedDevice on_device(device_);
   // ensure_workspace refuses a growth under capture, and the fills below would be captured too.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  FP4MOE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  FP4MOE_CHECK(capture == cudaStreamCaptureStatusNone, "poison_workspace: not during a CUDA graph capture");
+  FP4MOE_CHECK(capture_status("poison_workspace", stream) == cudaStreamCaptureStatusNone,
+               "poison_workspace: not during a CUDA graph capture");
+  const RelaxedCaptureMode relaxed;  // an eager call: no capture elsewhere refuses it (capture_mode.h)
   check_stream_device("poison_workspace", stream);
   refuse_unrunnable(kernel_for(plan.fc1, Epilogue::kSwiglu), tokens);  // (a tactic not compiled in: by name)
   kernel_for(plan.fc2, Epilogue::kFinalize);
@@ -665,15 +668,19 @@ void GpuMoeLayerImpl::run(const uint16_t* hidden, const float* logits, int64_t t
                           cudaStream_t stream, const LayerPlan* plan, void* const* events) {
   const std::lock_guard<std::mutex> lock(call_mutex_);
   const ScopedDevice on_device(device_);
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  FP4MOE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  const bool eager = capture_status("forward", stream) == cudaStreamCaptureStatusNone;
+  FP4MOE_CHECK(eager || events == nullptr, "forward_with_events: not during a CUDA graph capture (the events would "
+               "be nodes of the graph, never recorded into the caller's events on replay)");
+  // An eager call runs relaxed: a capture on another thread (or on another stream of this one)
+  // neither refuses its queries and allocations nor is invalidated by them (capture_mode.h).
+  std::optional<RelaxedCaptureMode> relaxed;
+  if (eager) relaxed.emplace();
   // Under capture a stream of another GPU is not caught here (the query would break the
   // capture); its first captured launch fails instead, and the capture with it.
-  if (capture == cudaStreamCaptureStatusNone) check_stream_device("forward", stream);
+  if (eager) check_stream_device("forward", stream);
   // A captured call is ordered when its graph is launched, by whoever launches it; an eager call
   // is ordered here after the previous eager call - always, not only when the stream handle
   // differs: two threads' cudaStreamPerThread are one handle and two streams.
-  const bool eager = capture == cudaStreamCaptureStatusNone;
   if (eager && called_) FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, *call_done_, 0));
   try {
     enqueue(hidden, logits, tokens, out, stream, plan, events);

@@ -43,6 +43,7 @@
 #include "routing_check.h"
 #include "kernels/common/driver_entry_point.h"
 #include "kernels/gemm/w4a16_registry.h"
+#include "runtime/capture_mode.h"
 #include "runtime/captured_graph.h"
 #include "tune/output_check.h"
 
@@ -1270,6 +1271,87 @@ TEST(GpuLayer, ReserveWithPlansLetsTheCallersPlanBeCaptured) {
   ASSERT_TRUE(runs_gemms_together(mixed.fc1.family));
   mixed.fc2 = in.plan.fc2;
   EXPECT_TRUE(test::throws_error_naming([&] { fresh.layer->reserve(T, {mixed}); }, "is not a plan the layer runs"));
+}
+
+// A serving process records graphs on one thread (PyTorch captures in global mode) while another
+// thread runs a layer eagerly. The eager call grows its workspace (cudaMalloc and cudaFree) and
+// queries its pointers and stream: in global mode each such call of any thread fails and
+// invalidates the capture unless the caller runs relaxed. Here the capturing stream is a
+// blocking one, so the legacy default stream is unusable meanwhile: a call on it is refused by
+// name and the capture survives that too; and the capturing thread's own forward_with_events is
+// refused (its events would belong to the graph).
+TEST(GpuLayer, EagerCallsBesideAnotherThreadsCaptureNeitherFailNorBreakIt) {
+  FP4MOE_REQUIRE_GPU();
+  LayerCase a = make_case(odd_config(), 131), b = make_case(odd_config(), 132);
+  const MoeConfig& cfg = a.weights.config;
+  const int64_t Ta = 8, Tb = 40;
+  Batch ia = make_batch(a, Ta, 51), ib = make_batch(b, Tb, 52);
+  const RunResult want_a = run_layer(*a.layer, ia.hidden, ia.logits, Ta, &ia.plan);
+  // b's workspace small, so that the call beside the capture grows it: allocations and frees.
+  const Batch small = make_batch(b, 2, 53);
+  run_layer(*b.layer, small.hidden, small.logits, 2, nullptr, {.reserve_first = false});
+  DeviceBuffer dha = test::to_device(test::to_bf16_bits(ia.hidden)), dla = test::to_device(ia.logits);
+  DeviceBuffer dhb = test::to_device(test::to_bf16_bits(ib.hidden)), dlb = test::to_device(ib.logits);
+  DeviceBuffer douta(Ta * cfg.hidden * 2), doutb(Tb * cfg.hidden * 2);
+  test::poison(douta);
+  test::poison(doutb);
+  cudaStream_t sa = nullptr;  // blocking: the legacy stream would wait for it
+  FP4MOE_CUDA_CHECK(cudaStreamCreate(&sa));
+  const OwnedStream sb;
+  cudaEvent_t ev[4];
+  for (auto& e : ev) FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
+  void* const evp[4] = {ev[0], ev[1], ev[2], ev[3]};
+  FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
+
+  ASSERT_EQ(cudaStreamBeginCapture(sa, cudaStreamCaptureModeGlobal), cudaSuccess);
+  a.layer->forward(dha.get<uint16_t>(), dla.get<float>(), Ta, douta.get<uint16_t>(), sa, &ia.plan);
+  const bool events_refused = test::throws_error_naming(
+      [&] { a.layer->forward_with_events(dha.get<uint16_t>(), dla.get<float>(), Ta, douta.get<uint16_t>(), sa, evp, &ia.plan); },
+      "forward_with_events: not during a CUDA graph capture");
+  std::string b_error = "(not run)", legacy_error;
+  std::thread other([&] {
+    try {
+      b.layer->forward(dhb.get<uint16_t>(), dlb.get<float>(), Tb, doutb.get<uint16_t>(), sb, &ib.plan);
+      const RelaxedCaptureMode relaxed;  // the test's own wait, as a caller beside a capture must
+      FP4MOE_CUDA_CHECK(cudaStreamSynchronize(sb));
+      b_error.clear();
+    } catch (const std::exception& e) {
+      b_error = e.what();
+    }
+    try {
+      b.layer->forward(dhb.get<uint16_t>(), dlb.get<float>(), Tb, doutb.get<uint16_t>(), nullptr, &ib.plan);
+      legacy_error = "(accepted)";
+    } catch (const std::exception& e) {
+      legacy_error = e.what();
+    }
+  });
+  other.join();
+  cudaGraph_t g = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(sa, &g);
+  EXPECT_EQ(ended, cudaSuccess) << cudaGetErrorString(ended) << ": a call of the other thread broke the capture";
+  (void)cudaGetLastError();
+  EXPECT_TRUE(events_refused);
+  EXPECT_EQ(b_error, "") << "the eager call beside the capture";
+  EXPECT_NE(legacy_error.find("forward: the legacy default stream cannot be used while a blocking stream"),
+            std::string::npos)
+      << legacy_error;
+  if (g) {
+    cudaGraphExec_t exec = nullptr;
+    EXPECT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+    if (exec) {
+      FP4MOE_CUDA_CHECK(cudaGraphLaunch(exec, sa));
+      FP4MOE_CUDA_CHECK(cudaStreamSynchronize(sa));
+      EXPECT_EQ(test::to_host<uint16_t>(douta, Ta * cfg.hidden), want_a.out) << "the graph captured beside the call";
+      cudaGraphExecDestroy(exec);
+    }
+    cudaGraphDestroy(g);
+  }
+  const std::vector<uint16_t> got_b = test::to_host<uint16_t>(doutb, Tb * cfg.hidden);
+  const RunResult again = run_layer(*b.layer, ib.hidden, ib.logits, Tb, &ib.plan, {.reserve_first = false});
+  expect_matches_reference(b, ib.hidden, Tb, again, "b after the capture");
+  EXPECT_EQ(got_b, again.out) << "b's call beside the capture against its call after";
+  for (auto& e : ev) cudaEventDestroy(e);
+  FP4MOE_CUDA_CHECK(cudaStreamDestroy(sa));
 }
 
 }  // namespace
