@@ -105,8 +105,9 @@ class GpuMoeLayer {
   // of its CTA 0's first thread, entry to exit, to device counters. Under the power cap the SMs
   // run below the clock NVML reports (the H200: 1.42-1.67 GHz in prefill GEMMs while NVML read
   // 1980 MHz), and a benchmark that divides by NVML's clock misreads its kernels. Turning it on
-  // or off waits for the device and resets the counters (not during a stream capture); a CUDA
-  // graph captured while it is on keeps counting on replay.
+  // or off waits for the device and resets the counters (not during a stream capture, nor while
+  // another thread captures: it synchronizes the device and uses the legacy stream); a CUDA
+  // graph captured while it is on keeps counting on replay. Reading the counters likewise.
   virtual void set_clock_accounting(bool on) = 0;
   // The mean clock of the launches counted since; waits for the device. Over launches of a few
   // microseconds it is coarse (an odd-shape test read 2.07 GHz for three ~10 us launches on an

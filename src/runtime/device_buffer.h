@@ -45,8 +45,13 @@ class DeviceBuffer {
 
  private:
   // Errors are dropped: a destructor must not throw, and at process exit the runtime may be gone.
+  // The free runs in relaxed capture mode (capture_mode.h; exchanged by hand, without a throw):
+  // a layer destroyed while another thread captures in global mode would otherwise fail to free,
+  // silently, and invalidate that capture.
   void release() {
     if (ptr_) {
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      const bool exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
       int current = device_;
       if (cudaGetDevice(&current) == cudaSuccess && current != device_ && cudaSetDevice(device_) == cudaSuccess) {
         cudaFree(ptr_);  // waits for the work that may still use the buffer, as cudaFree does
@@ -54,6 +59,7 @@ class DeviceBuffer {
       } else {
         cudaFree(ptr_);
       }
+      if (exchanged) (void)cudaThreadExchangeStreamCaptureMode(&mode);
     }
     ptr_ = nullptr;
     bytes_ = 0;

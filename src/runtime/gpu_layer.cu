@@ -439,7 +439,8 @@ std::pair<LayerPlan, std::string> GpuMoeLayerImpl::plan_from(int64_t tokens, con
 }
 
 // Whether the resource model admits `t` for this layer's GEMM of epilogue `ep` at `tokens`, as the
-// tuner required of every candidate.
+// tuner required of every candidate (of a family that runs both GEMMs the tuner also required
+// the twin's fit; here each GEMM's own tactic is checked, the FC2 that runs included).
 bool GpuMoeLayerImpl::admitted(const Tactic& t, Epilogue ep, int64_t tokens) const {
   return tactic_range_error(t).empty() &&
          model_resources(t, gpu_, DataType::kNvfp4, gemm_model_options(cfg_, tokens, ep)).fits;
@@ -879,7 +880,7 @@ void GpuMoeLayerImpl::run_fused(const uint16_t* hidden, const float* logits, int
   const size_t trace_bytes = size_t(grid) * kernels::kFusedTraceWordsPerCta * 8;
   if (trace_.bytes() < trace_bytes) {
     trace_.resize(trace_bytes);
-    FP4MOE_CUDA_CHECK(cudaMemset(trace_.get(), 0, trace_bytes));
+    FP4MOE_CUDA_CHECK(cudaMemsetAsync(trace_.get(), 0, trace_bytes, s));  // (the legacy stream may be unusable)
   }
   trace_grid_ = grid;
   p.trace = trace_.get<unsigned long long>();

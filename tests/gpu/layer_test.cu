@@ -1301,6 +1301,23 @@ TEST(GpuLayer, EagerCallsBesideAnotherThreadsCaptureNeitherFailNorBreakIt) {
   cudaEvent_t ev[4];
   for (auto& e : ev) FP4MOE_CUDA_CHECK(cudaEventCreate(&e));
   void* const evp[4] = {ev[0], ev[1], ev[2], ev[3]};
+  // On every way out: a capture a failure left open ended (in global mode it would refuse the
+  // later tests' allocations), the stream and the events freed.
+  struct Cleanup {
+    cudaStream_t s;
+    cudaEvent_t* ev;
+    ~Cleanup() {
+      cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(s, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone) {
+        cudaGraph_t partial = nullptr;
+        cudaStreamEndCapture(s, &partial);
+        if (partial) cudaGraphDestroy(partial);
+      }
+      for (int i = 0; i < 4; ++i) cudaEventDestroy(ev[i]);
+      cudaStreamDestroy(s);
+      (void)cudaGetLastError();
+    }
+  } cleanup{sa, ev};
   FP4MOE_CUDA_CHECK(cudaDeviceSynchronize());
 
   ASSERT_EQ(cudaStreamBeginCapture(sa, cudaStreamCaptureModeGlobal), cudaSuccess);
@@ -1309,9 +1326,13 @@ TEST(GpuLayer, EagerCallsBesideAnotherThreadsCaptureNeitherFailNorBreakIt) {
       [&] { a.layer->forward_with_events(dha.get<uint16_t>(), dla.get<float>(), Ta, douta.get<uint16_t>(), sa, evp, &ia.plan); },
       "forward_with_events: not during a CUDA graph capture");
   std::string b_error = "(not run)", legacy_error;
+  cudaStreamCaptureMode mode_after = cudaStreamCaptureModeRelaxed;
   std::thread other([&] {
     try {
       b.layer->forward(dhb.get<uint16_t>(), dlb.get<float>(), Tb, doutb.get<uint16_t>(), sb, &ib.plan);
+      // The thread's own mode (global, the default) is back after the call's relaxed scope.
+      FP4MOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_after));
+      FP4MOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_after));
       const RelaxedCaptureMode relaxed;  // the test's own wait, as a caller beside a capture must
       FP4MOE_CUDA_CHECK(cudaStreamSynchronize(sb));
       b_error.clear();
@@ -1332,6 +1353,7 @@ TEST(GpuLayer, EagerCallsBesideAnotherThreadsCaptureNeitherFailNorBreakIt) {
   (void)cudaGetLastError();
   EXPECT_TRUE(events_refused);
   EXPECT_EQ(b_error, "") << "the eager call beside the capture";
+  EXPECT_EQ(mode_after, cudaStreamCaptureModeGlobal) << "the calling thread's capture mode after forward";
   EXPECT_NE(legacy_error.find("forward: the legacy default stream cannot be used while a blocking stream"),
             std::string::npos)
       << legacy_error;
@@ -1350,8 +1372,6 @@ TEST(GpuLayer, EagerCallsBesideAnotherThreadsCaptureNeitherFailNorBreakIt) {
   const RunResult again = run_layer(*b.layer, ib.hidden, ib.logits, Tb, &ib.plan, {.reserve_first = false});
   expect_matches_reference(b, ib.hidden, Tb, again, "b after the capture");
   EXPECT_EQ(got_b, again.out) << "b's call beside the capture against its call after";
-  for (auto& e : ev) cudaEventDestroy(e);
-  FP4MOE_CUDA_CHECK(cudaStreamDestroy(sa));
 }
 
 }  // namespace
