@@ -119,6 +119,16 @@ expect_one_line_error(run("bench", "--tokens", "1", "--json", "/nonexistent/dir/
 expect_one_line_error(run("run", "--checkpoint", "/tmp", "--layer", "0", "--experts", "16", expect_rc=USAGE),
                       "excludes")
 expect_one_line_error(run("run", "--input", "/tmp/x.npy", "-t", "5", expect_rc=USAGE), "excludes")
+# A checkpoint's router is the model's: no synthetic skew on it; nothing is seeded when the
+# weights and the input are both files.
+expect_one_line_error(run("run", "--checkpoint", "/tmp", "--layer", "0", "--skew", "5", expect_rc=USAGE), "excludes")
+expect_one_line_error(run("run", "--checkpoint", "/tmp", "--layer", "0", "--input", "/tmp/x.npy", "--seed", "3",
+                          expect_rc=FAILURE), "--seed: nothing is generated with --checkpoint and --input")
+# A width past the bound is named as such, not as a multiple of 16 it also is not.
+expect_one_line_error(run("run", "--hidden", "99999999999", expect_rc=FAILURE), "exceeds 2^20")
+# The bench without a GPU refuses what only times a GPU (and the reverse on a GPU machine).
+expect_one_line_error(run("bench", "--preset", "glm5-tp8", "--tokens", "1", "--iters", "5", expect_rc=FAILURE,
+                          env={"CUDA_VISIBLE_DEVICES": ""}), "bench: --iters applies to a GPU run; there is no GPU here")
 # Options that would be ignored are refused: an output dtype without an output, replays to time
 # where no GPU runs, an empty path (read as not given), a cache file for `cache path`.
 expect_one_line_error(run("run", "--output-dtype", "bf16", expect_rc=USAGE), "--output-dtype requires --output")

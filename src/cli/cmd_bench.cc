@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
+#include <vector>
 #include <unistd.h>
 
 #include "bench/roofline.h"
@@ -52,6 +54,9 @@ struct BenchArgs {
   int tp = 0;  // > 1: the tensor-parallel benchmark over this many GPUs
   int ep = 0;  // > 1: the expert-parallel one
   CudaDeviceArg cuda;  // the one GPU of a single-GPU run
+  // Options given that only one kind of run uses, refused by the other (an option that would be
+  // ignored silently reads as applied): what times the GPU, and what stands in for a GPU.
+  std::vector<std::string> gpu_run_options_given, no_gpu_options_given;
 };
 
 // The sweep: the given token counts, or 1, 2, 4, ..., 16384.
@@ -272,6 +277,10 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
 constexpr int kCpuTimedRuns = 3;
 
 void run_cpu(const BenchArgs& a, const MoeConfig& cfg, const std::string& why) {
+  FP4MOE_CHECK(a.gpu_run_options_given.empty(), "bench: ",
+               a.gpu_run_options_given.empty() ? "" : a.gpu_run_options_given.front(),
+               " applies to a GPU run; there is no GPU here (", why,
+               "): the bench gives the datasheet accounting and times the CPU reference");
   const GpuSpec g = resolve_gpu(a.gpu);
   const double bw = g.mem_bandwidth_gbs * 1e9, tf = g.bf16_tflops * 1e12;
   FP4MOE_CHECK(bw > 0 && tf > 0, "bench: the table has no bandwidth/BF16 peak for ", g.name);
@@ -384,6 +393,8 @@ void run_bench_command(const BenchArgs& a) {
     FP4MOE_CHECK(parse_tactic(a.fc1).epilogue == Epilogue::kSwiglu, "--fc1 ", a.fc1, ": FC1's epilogue is swiglu");
   if (!a.fc2.empty())
     FP4MOE_CHECK(parse_tactic(a.fc2).epilogue == Epilogue::kFinalize, "--fc2 ", a.fc2, ": FC2's epilogue is finalize");
+  FP4MOE_CHECK(a.no_gpu_options_given.empty() || (a.tp == 0 && a.ep == 0), a.tp ? "--tp" : "--ep", " measures GPUs: ",
+               a.no_gpu_options_given.empty() ? "" : a.no_gpu_options_given.front(), " is for a machine without one");
   FP4MOE_CHECK(!a.cuda.given || (a.tp == 0 && a.ep == 0), "--cuda-device picks one GPU; ", a.tp ? "--tp" : "--ep",
                " runs on CUDA devices 0 to N-1 (choose them with CUDA_VISIBLE_DEVICES)");
   if (a.tp != 0 || a.ep != 0) {
@@ -395,6 +406,9 @@ void run_bench_command(const BenchArgs& a) {
   if (a.cuda.given) require_cuda_device(env, a.cuda, "bench");
 #ifdef FP4MOE_WITH_CUDA
   if (!env.devices.empty()) {
+    FP4MOE_CHECK(a.no_gpu_options_given.empty(), "bench: ",
+                 a.no_gpu_options_given.empty() ? "" : a.no_gpu_options_given.front(),
+                 " is for a machine without a GPU; this one's GPU is measured (--cuda-device N picks another)");
     run_gpu(a, cfg);
     return;
   }
@@ -432,10 +446,21 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--cpu-max-tokens", a->cpu_max_tokens, "Without a GPU: time the CPU reference up to this T (0: none)")
       ->transform(IntegerIn(0, kMaxTokens));
   cmd->add_option("--tp", a->tp, "Tensor parallel over this many GPUs (one process each, NCCL): GEMMs vs all-reduce")
-      ->transform(IntegerIn(2, 64));
+      ->transform(IntegerIn(2, 64))
+      ->default_str("");  // (0 inside: one GPU; not a value --tp takes)
   cmd->add_option("--ep", a->ep, "Expert parallel over this many GPUs (one process each, NCCL): GEMMs vs dispatch/return")
-      ->transform(IntegerIn(2, 64));
-  cmd->callback([a] { run_bench_command(*a); });
+      ->transform(IntegerIn(2, 64))
+      ->default_str("");
+  cmd->callback([a, cmd] {
+    a->gpu_run_options_given.clear();
+    a->no_gpu_options_given.clear();
+    for (const char* o : {"--fc1", "--fc2", "--iters", "--warmup", "--warmup-ms", "--no-graph", "--warm-l2", "--no-cache",
+                          "--no-baseline", "--sustain-seconds"})
+      if (cmd->count(o) > 0) a->gpu_run_options_given.emplace_back(o);
+    for (const char* o : {"--gpu", "--cpu-max-tokens"})
+      if (cmd->count(o) > 0) a->no_gpu_options_given.emplace_back(o);
+    run_bench_command(*a);
+  });
 }
 
 }  // namespace fp4moe::cli

@@ -103,7 +103,7 @@ void run_quantize(const QuantizeArgs& a) {
 void register_quantize(CLI::App& app) {
   auto args = std::make_shared<QuantizeArgs>();
   auto* cmd = app.add_subcommand("quantize", "Quantize a matrix (.npy) to NVFP4 or MXFP4");
-  cmd->add_option("input", args->input, "Input matrix [N, K] (.npy: f4, f8, f2, or bf16 as <V2)")
+  cmd->add_option("input", args->input, "Input matrix [N, K] (.npy: f32, f64, f16, or bf16 as <V2)")
       ->required()
       ->check(NonEmptyPath);
   cmd->add_option("output", args->output,

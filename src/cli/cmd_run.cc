@@ -279,7 +279,9 @@ void register_run(CLI::App& app) {
   cmd->add_flag("--compare-reference", args->compare, "Check the GPU output against the CPU reference");
   cmd->add_option("--checkpoint", args->checkpoint, "A ModelOpt NVFP4 checkpoint directory (instead of --preset)")
       ->check(NonEmptyPath);
-  cmd->add_option("--layer", args->layer, "With --checkpoint: the MoE layer to run")->transform(IntegerIn(0, 1 << 20));
+  cmd->add_option("--layer", args->layer, "With --checkpoint: the MoE layer to run")
+      ->transform(IntegerIn(0, 1 << 20))
+      ->default_str("");  // (-1 inside: none given)
   cmd->add_option("--input", args->input, "Hidden states [T, H] (.npy: f32, f16, f64 or bf16 as <V2); sets T")
       ->check(NonEmptyPath);
   cmd->add_option("--output", args->output, "Write the output [T, H] (.npy)")->check(NonEmptyPath);
@@ -291,9 +293,14 @@ void register_run(CLI::App& app) {
                             "--n-group", "--topk-group", "--routing"})
     cmd->get_option("--checkpoint")->excludes(cmd->get_option(shape));
   cmd->get_option("--input")->excludes(cmd->get_option("--tokens"));
+  // A checkpoint's router is the model's: a synthetic skew on its logits would change the
+  // output it is run for, silently.
+  cmd->get_option("--checkpoint")->excludes(cmd->get_option("--skew"));
   cmd->get_option("--output-dtype")->needs(cmd->get_option("--output"));
   cmd->callback([args, cmd] {
     args->iters_given = cmd->count("--iters") > 0;
+    FP4MOE_CHECK(!(cmd->count("--seed") > 0 && !args->checkpoint.empty() && !args->input.empty()),
+                 "--seed: nothing is generated with --checkpoint and --input (the weights and the input are the files')");
     require_writable_path(args->output, "--output");
     require_not_same_file(args->input, args->output, "--output");  // (passes where either is not given)
     // (a missing input is named before a checkpoint's gigabytes are read)

@@ -1,9 +1,12 @@
 // fp4moe synth: writes a ModelOpt-format NVFP4 checkpoint from seeded random weights.
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -81,6 +84,8 @@ void run_synth(const SynthArgs& a) {
   const fs::path existing = nearest_existing_path(a.out);
   FP4MOE_CHECK(path_kind(existing.string()) == PathKind::kDirectory, "out_dir: ", a.out, ": ", existing.string(),
                " is not a directory");
+  FP4MOE_CHECK(::access(existing.c_str(), W_OK | X_OK) == 0, "out_dir: ", a.out, ": ", existing.string(),
+               " is not writable (", std::strerror(errno), ")");
   struct statvfs disk{};
   const double need = a.layers * (per_layer + cfg.num_experts * (cfg.hidden * 2.0 + 4));  // + the router
   if (::statvfs(existing.c_str(), &disk) == 0) {
@@ -91,6 +96,8 @@ void run_synth(const SynthArgs& a) {
       std::snprintf(buf, sizeof buf, b < 1e9 ? "%.1f MB" : "%.1f GB", b < 1e9 ? b / 1e6 : b / 1e9);
       return std::string(buf);
     };
+    FP4MOE_CHECK(free_bytes > 0, "out_dir: ", a.out, ": the filesystem of ", existing.string(),
+                 " has no space to write to (a full disk, or a special filesystem such as /proc)");
     FP4MOE_CHECK(need <= free_bytes, "synth: the checkpoint needs ~", size(need), " on disk; ", size(free_bytes),
                  " are free at ", existing.string());
   }

@@ -81,10 +81,12 @@ void run_tactics(const TacticsArgs& a) {
   nlohmann::json out = nlohmann::json::array();
   if (!a.json)
     std::printf("%s (%s, %d SMs): per-block shared memory limit %lld B (opt-in), %lld B per SM; %s, "
-                "epilogue %s\n\n",
+                "epilogue %s%s\n(CTAs: per SM, by shared memory and threads as modelled)\n\n",
                 gpu.name.c_str(), gpu.arch_name().c_str(), gpu.sm_count,
                 static_cast<long long>(gpu.smem_per_block_optin), static_cast<long long>(gpu.smem_per_sm),
-                to_string(dtype), a.epilogue.c_str());
+                to_string(dtype), a.epilogue.c_str(),
+                ep == Epilogue::kFinalize ? " (FC2; the decode, small-batch and fused families list FC1's swiglu too)"
+                                          : "");
   if (gpu.sm != real_sm && !a.json)
     std::printf("modelled as sm_%d: the GPU is sm_%d, and this build runs there as sm_%d code (JIT-compiled "
                 "PTX); the layer plans for that\n\n",
@@ -106,8 +108,8 @@ void run_tactics(const TacticsArgs& a) {
       continue;
     }
     if (!a.json) {
-      std::printf("%-56s %8s %6s %8s %8s %8s %8s  %-8s %s\n", "tactic", "B/stage", "stages", "epilogue",
-                  "kernel", "total", "limit", "verdict", "reason");
+      std::printf("%-56s %8s %6s %8s %8s %8s %8s %5s  %-8s %s\n", "tactic", "B/stage", "stages", "epi B",
+                  "kernel B", "total B", "limit B", "CTAs", "verdict", "reason");
     }
     for (const Tactic& t : rows) {
       // The finalize GEMM is FC2, whose K is the intermediate size: glm5's unless --k was given.
@@ -132,11 +134,11 @@ void run_tactics(const TacticsArgs& a) {
         out.push_back(j);
         continue;
       }
-      std::printf("%-56s %8lld %4d%s %8lld %8lld %8lld %8lld  %-8s %s\n", format_tactic(t).c_str(),
+      std::printf("%-56s %8lld %4d%s %8lld %8lld %8lld %8lld %5d  %-8s %s\n", format_tactic(t).c_str(),
                   static_cast<long long>(r.stage_bytes), r.stages, r.stages_auto ? "a" : " ",
                   static_cast<long long>(r.epilogue_bytes), static_cast<long long>(r.kernel_bytes),
-                  static_cast<long long>(r.total_bytes), static_cast<long long>(r.limit_bytes), verdict,
-                  r.reason.c_str());
+                  static_cast<long long>(r.total_bytes), static_cast<long long>(r.limit_bytes), r.ctas_per_sm,
+                  verdict, r.reason.c_str());
       if (live)
         std::printf("%-56s measured: %d registers, %lld B static + %lld B dynamic shared memory, %d CTAs/SM\n",
                     "", live->registers, static_cast<long long>(live->static_smem),
@@ -179,7 +181,8 @@ void register_tactics(CLI::App& app) {
                 "Every group is a routed expert (the small-batch and fused families route 256 at most)");
   cmd->add_option("--tokens", a->tokens, "w4a16_gemv: tokens of the batch it stages")->transform(IntegerIn(1, 8));
   cmd->add_option("--k", a->k, "w4a16_gemv: the GEMM's K, for both epilogues' rows (default: glm5's, FC1 6144, FC2 2048)")
-      ->transform(MultipleOf(16, 1 << 20, 16, "the NVFP4 block size"));
+      ->transform(MultipleOf(16, 1 << 20, 16, "the NVFP4 block size"))
+      ->default_str("");  // (the default differs by epilogue: the text says it)
   cmd->add_option("--slots", a->slots, "w4a16_gemv, w4a16_fused: slots per token (top-k, +1 with a shared expert)")
       ->transform(IntegerIn(1, 33));
   auto* json = cmd->add_flag("--json", a->json, "JSON instead of the table (every term of the arithmetic included)");

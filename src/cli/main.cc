@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   CLI::App app{"fp4moe " FP4MOE_VERSION
                ": Mixture-of-Experts layers with NVFP4 expert weights on NVIDIA GPUs"};
   app.require_subcommand(1);
+  // Every option's default in --help ([4] after -t): what a run takes when the option is not given.
+  app.option_defaults()->always_capture_default();
   app.set_version_flag("--version", "fp4moe " FP4MOE_VERSION);
   fp4moe::cli::register_info(app);
   fp4moe::cli::register_quantize(app);

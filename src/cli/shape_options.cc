@@ -14,7 +14,9 @@ void ShapeArgs::add_to(CLI::App* cmd) {
       ->check(CLI::IsMember(MoeConfig::preset_names()));
   // Whole numbers only, as typed: the config's own checks then name the field and its bound.
   cmd->add_option("--hidden", hidden, "Override H (model width)")->transform(WholeNumber<int64_t>());
-  cmd->add_option("--intermediate", intermediate, "Override I (expert width)")->transform(WholeNumber<int64_t>());
+  cmd->add_option("--intermediate", intermediate,
+                  "Override I (expert width; the shared expert's too unless --shared-intermediate)")
+      ->transform(WholeNumber<int64_t>());
   cmd->add_option("--shared-intermediate", shared_intermediate,
                   "Override the shared expert's width (0: none)")
       ->transform(WholeNumber<int64_t>());

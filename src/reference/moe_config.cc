@@ -20,6 +20,14 @@ void MoeConfig::validate() const {
   FP4MOE_CHECK(hidden > 0, "MoE config '", name, "': hidden size must be > 0, got ", hidden);
   FP4MOE_CHECK(intermediate > 0, "MoE config '", name, "': intermediate size must be > 0, got ",
                intermediate);
+  // Bounds far above any model's (GLM-5: H 6144, I 2048), so that the sizes derived from these
+  // fields - 2 I rows and H columns as int in the kernels' parameters, E x H router values, the
+  // whole layer's weight count (3 x 2^40 x (2^16 + 1) < 2^58 with E bounded above) - are
+  // representable wherever they are formed.
+  constexpr int64_t kMaxWidth = int64_t{1} << 20;
+  for (const auto& [field, v] : {std::pair{"hidden size", hidden}, std::pair{"intermediate size", intermediate},
+                                 std::pair{"shared expert intermediate size", shared_intermediate}})
+    FP4MOE_CHECK(v <= kMaxWidth, "MoE config '", name, "': ", field, " ", v, " exceeds 2^20 = ", kMaxWidth);
   FP4MOE_CHECK(hidden % kNvfp4BlockSize == 0, "MoE config '", name, "': hidden size ", hidden,
                " is not a multiple of the NVFP4 block size 16 (it is FC1's K)");
   FP4MOE_CHECK(intermediate % kNvfp4BlockSize == 0, "MoE config '", name,
@@ -32,14 +40,6 @@ void MoeConfig::validate() const {
                num_experts);
   FP4MOE_CHECK(num_experts <= (1 << 16), "MoE config '", name, "': ", num_experts,
                " experts exceed 2^16 = 65536 (sizes derived from E + 1 are formed in int)");
-  // Bounds far above any model's (GLM-5: H 6144, I 2048), so that the sizes derived from these
-  // fields - 2 I rows and H columns as int in the kernels' parameters, E x H router values, the
-  // whole layer's weight count (3 x 2^40 x (2^16 + 1) < 2^58 with E bounded above) - are
-  // representable wherever they are formed.
-  constexpr int64_t kMaxWidth = int64_t{1} << 20;
-  for (const auto& [field, v] : {std::pair{"hidden size", hidden}, std::pair{"intermediate size", intermediate},
-                                 std::pair{"shared expert intermediate size", shared_intermediate}})
-    FP4MOE_CHECK(v <= kMaxWidth, "MoE config '", name, "': ", field, " ", v, " exceeds 2^20 = ", kMaxWidth);
   const RoutingConfig& r = routing;
   FP4MOE_CHECK(r.top_k > 0 && r.top_k <= num_experts, "MoE config '", name, "': top_k = ",
                r.top_k, " must be in [1, num_experts = ", num_experts, "]");
@@ -57,7 +57,8 @@ void MoeConfig::validate() const {
                ", topk_group = ", r.topk_group, "; both must be 1)");
   if (r.mode == RoutingMode::kSigmoidNoAuxTc && r.n_group > 1) {
     FP4MOE_CHECK(num_experts / r.n_group >= 2, "MoE config '", name,
-                 "': noaux_tc group scores need at least 2 experts per group");
+                 "': noaux_tc group scores need at least 2 experts per group (", num_experts, " experts in n_group = ",
+                 r.n_group, " groups)");
   }
   FP4MOE_CHECK(std::isfinite(r.routed_scaling_factor) && r.routed_scaling_factor > 0,
                "MoE config '", name, "': routed_scaling_factor must be finite and > 0");
