@@ -245,7 +245,7 @@ void run_layer(const RunArgs& a) {
   } else {
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<double> ref = moe_reference(w, hidden, tokens, routing, ReferenceOptions{threads});
-    std::printf("cpu reference (float64, %d threads): %.3f s\n", threads, seconds_since(t0));
+    std::printf("cpu reference (float64, %d thread%s): %.3f s\n", threads, threads == 1 ? "" : "s", seconds_since(t0));
     out = to_bf16(ref);
     print_output(out, tokens, cfg.hidden);
   }

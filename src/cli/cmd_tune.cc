@@ -296,7 +296,8 @@ void run_cache(const CacheArgs& a) {
     for (const auto& f : files) {
       std::vector<std::string> w;
       const TuningCache c = load(f, &w);
-      std::printf("%s: %zu entries%s\n", f.c_str(), c.entries().size(), w.empty() ? "" : " (see warnings)");
+      std::printf("%s: %zu %s%s\n", f.c_str(), c.entries().size(), c.entries().size() == 1 ? "entry" : "entries",
+                  w.empty() ? "" : " (see warnings)");
       for (const auto& x : w) std::printf("  warning: %s\n", printable(x).c_str());
     }
     return;
@@ -307,13 +308,15 @@ void run_cache(const CacheArgs& a) {
       const TuningCache c = load(f, &w);
       std::printf("%s\n", f.c_str());
       for (const auto& x : w) std::printf("  warning: %s\n", printable(x).c_str());
-      for (const CacheEntry& e : c.entries())
-        std::printf("  %s sm_%d %d SMs driver %d build %s | %s T=%-6lld | %s %.1f us | runner-up %s %.1f us\n",
+      for (const CacheEntry& e : c.entries()) {
+        char runner_up[160] = "none";
+        if (e.runner_up)
+          std::snprintf(runner_up, sizeof runner_up, "%s %.1f us", format_tactic(*e.runner_up).c_str(), e.runner_up_us);
+        std::printf("  %s sm_%d %d SMs driver %d build %s | %s T=%-6lld | %s %.1f us | runner-up %s\n",
                     printable(e.id.gpu).c_str(), e.id.sm, e.id.sm_count, e.id.driver, printable(e.id.library).c_str(),
-                    describe(e.gemm).c_str(),
-                    static_cast<long long>(e.bucket),
-                    format_tactic(e.winner).c_str(), e.time_us,
-                    e.runner_up ? format_tactic(*e.runner_up).c_str() : "-", e.runner_up_us);
+                    describe(e.gemm).c_str(), static_cast<long long>(e.bucket), format_tactic(e.winner).c_str(),
+                    e.time_us, runner_up);
+      }
     }
     if (files.empty()) std::printf("no tuning cache files in %s\n", dir.c_str());
     return;

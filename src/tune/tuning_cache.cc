@@ -150,7 +150,8 @@ std::vector<CacheEntry> parse(const std::string& text, const std::string& path, 
     return reject(e.what());
   }
   if (!j.is_object() || string_member(j, "schema", "") != kSchema)
-    return reject("schema " + (j.is_object() ? string_member(j, "schema", "?") : std::string("?")) +
+    return reject((j.is_object() && j.contains("schema") ? "schema " + string_member(j, "schema", "?")
+                                                         : std::string("no schema field")) +
                   ", this build reads " + kSchema + ": ignored");
   if (string_member(j, "library", "") != build_id()) {
     const std::string other = "written by fp4moe " + string_member(j, "library", "?") + ", this is " + build_id();
