@@ -1330,9 +1330,12 @@ TEST(GpuLayer, EagerCallsBesideAnotherThreadsCaptureNeitherFailNorBreakIt) {
   std::thread other([&] {
     try {
       b.layer->forward(dhb.get<uint16_t>(), dlb.get<float>(), Tb, doutb.get<uint16_t>(), sb, &ib.plan);
-      // The thread's own mode (global, the default) is back after the call's relaxed scope.
-      FP4MOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_after));
-      FP4MOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_after));
+      // The thread's own mode (global, the default) is back after the call's relaxed scope: read
+      // by exchanging it for relaxed, then put back.
+      cudaStreamCaptureMode probe = cudaStreamCaptureModeRelaxed;
+      FP4MOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&probe));
+      mode_after = probe;
+      FP4MOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&probe));
       const RelaxedCaptureMode relaxed;  // the test's own wait, as a caller beside a capture must
       FP4MOE_CUDA_CHECK(cudaStreamSynchronize(sb));
       b_error.clear();
