@@ -193,6 +193,10 @@ if os.path.exists("/dev/full"):
                            text=True, timeout=60)
     check(p.returncode == 1 and p.stderr.strip() == "fp4moe: error: writing to standard output failed",
           f"tactics --json > /dev/full: rc {p.returncode}, {p.stderr!r}")
+    with open("/dev/full", "w") as full:  # help is printed by CLI11, through std::cout
+        p = subprocess.run([FP4MOE, "run", "--help"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    check(p.returncode == 1 and p.stderr.strip() == "fp4moe: error: writing to standard output failed",
+          f"run --help > /dev/full: rc {p.returncode}, {p.stderr!r}")
 # A tactic is checked where it is given, GPU or not.
 expect_one_line_error(run("bench", "--tokens", "1", "--fc1", "garbage", expect_rc=FAILURE), "garbage")
 

@@ -1,6 +1,7 @@
 // fp4moe: the command-line tool. Errors leave as one line on stderr and a non-zero exit.
 #include <cstdio>
 #include <exception>
+#include <iostream>
 #include <new>
 #include <string>
 
@@ -15,7 +16,7 @@ int main(int argc, char** argv) {
   CLI::App app{"fp4moe " FP4MOE_VERSION
                ": Mixture-of-Experts layers with NVFP4 expert weights on NVIDIA GPUs"};
   app.require_subcommand(1);
-  // Every option's default in --help ([4] after -t): what a run takes when the option is not given.
+  // Every option's default in --help ("=4" after -t's type): what a run takes when it is not given.
   app.option_defaults()->always_capture_default();
   app.set_version_flag("--version", "fp4moe " FP4MOE_VERSION);
   fp4moe::cli::register_info(app);
@@ -40,14 +41,23 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // Help and the version go to std::cout (CLI11's): a write that failed is an error there too.
+  const auto print_and_exit = [&app](const CLI::Error& e) {
+    const int rc = app.exit(e);
+    if (!std::cout.flush()) {
+      std::fprintf(stderr, "fp4moe: error: writing to standard output failed\n");
+      return 1;
+    }
+    return rc;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return print_and_exit(e);
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return print_and_exit(e);
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return print_and_exit(e);
   } catch (const CLI::ParseError& e) {
     // One line: CLI11's message, then where to look.
     std::fprintf(stderr, "fp4moe: error: %s (see fp4moe --help)\n", fp4moe::cli::printable(e.what()).c_str());
