@@ -241,6 +241,11 @@ with tempfile.TemporaryDirectory() as d:
     expect_one_line_error(
         run("quantize", os.path.join(d, "odd.npy"), os.path.join(d, "o"), expect_rc=FAILURE),
         "multiple of the block size 16")
+    bad = w.copy()
+    bad[1, 3] = np.inf
+    np.save(os.path.join(d, "inf.npy"), bad)
+    expect_one_line_error(run("quantize", os.path.join(d, "inf.npy"), os.path.join(d, "o"), expect_rc=FAILURE),
+                          "inf.npy: element 67 (row 1, column 3) is inf")
     np.save(os.path.join(d, "vec.npy"), w[0])
     expect_one_line_error(
         run("quantize", os.path.join(d, "vec.npy"), os.path.join(d, "o"), expect_rc=FAILURE), "2-D")

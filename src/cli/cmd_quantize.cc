@@ -1,6 +1,7 @@
 // fp4moe quantize IN.npy OUT: an fp32 (or f64/f16) matrix to NVFP4 (ModelOpt recipe) or
 // MXFP4, written as one safetensors file (OUT ends in .safetensors) or as .npy files
 // OUT.weight.npy, OUT.weight_scale.npy, OUT.weight_scale_2.npy; then the error report.
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -64,6 +65,10 @@ void run_quantize(const QuantizeArgs& a) {
   });
   const int64_t rows = in.shape[0], cols = in.shape[1];
   const std::vector<float> w = npy_to_float(in, a.input);
+  // Named by the file and the element here; the quantizer's own check names only its argument.
+  for (size_t i = 0; i < w.size(); ++i)
+    FP4MOE_CHECK(std::isfinite(w[i]), a.input, ": element ", i, " (row ", i / static_cast<size_t>(cols), ", column ",
+                 i % static_cast<size_t>(cols), ") is ", w[i], ": only finite values quantize");
   std::vector<float> deq;
   std::vector<StTensorOut> out;
   if (a.format == "nvfp4") {
