@@ -86,6 +86,7 @@ GpuSpec resolve_gpu(const std::string& name) {
       const auto [ptr, ec] = std::from_chars(first, last, index);
       FP4MOE_CHECK(ec != std::errc::result_out_of_range, "--gpu '", name, "': device index out of range");
       FP4MOE_CHECK(ec == std::errc() && ptr == last, "--gpu '", name, "': device index is not a number");
+      FP4MOE_CHECK(index >= 0, "--gpu '", name, "': a device index is 0 or more");
     }
     const CudaEnvironment env = query_cuda_environment();
     FP4MOE_CHECK(!env.devices.empty(), "--gpu current: no GPU is usable here (", env.error, ")");
