@@ -216,8 +216,9 @@ void run_layer(const RunArgs& a) {
                 n * expert_weight_bytes(cfg.hidden, cfg.intermediate) / 1e9,
                 seconds_since(t0));
   }
-  std::printf("tokens %lld: %lld (token, expert) pairs on %d of %d experts\n", static_cast<long long>(tokens),
-              static_cast<long long>(tokens * cfg.routing.top_k), count_distinct(routing.ids), cfg.num_experts);
+  std::printf("tokens %lld: %lld (token, expert) pairs on %d of %d experts%s\n", static_cast<long long>(tokens),
+              static_cast<long long>(tokens * cfg.routing.top_k), count_distinct(routing.ids), cfg.num_experts,
+              a.skew > 0 ? " (routing skewed: --skew biases the router's logits)" : "");
 
   std::vector<uint16_t> out;
   if (use_gpu) {
