@@ -2,6 +2,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -9,7 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <regex>
+#include <string_view>
 #include <system_error>
 
 #include "cli/commands.h"
@@ -39,10 +40,17 @@ bool is_synth_output(const std::filesystem::path& dir) {
   }
 }
 
-// Shard names as the writer gives them ("model-00001-of-00002.safetensors").
+// Shard names as the writer gives them ("model-00001-of-00002.safetensors"): "model-", five
+// digits, "-of-", five digits, ".safetensors". (Matched by hand: std::regex drew GCC 12's
+// -Wmaybe-uninitialized from its own headers in the sanitized build.)
 bool is_shard_name(const std::string& name) {
-  static const std::regex shard(R"(model-[0-9]{5}-of-[0-9]{5}\.safetensors)");
-  return std::regex_match(name, shard);
+  const std::string_view n = name;
+  auto digits = [&](size_t at) {
+    return n.size() >= at + 5 &&
+           std::all_of(n.begin() + at, n.begin() + at + 5, [](char c) { return c >= '0' && c <= '9'; });
+  };
+  return n.size() == 32 && n.substr(0, 6) == "model-" && digits(6) && n.substr(11, 4) == "-of-" && digits(15) &&
+         n.substr(20) == ".safetensors";
 }
 
 struct SynthArgs {
