@@ -277,10 +277,9 @@ void run_gpu(const BenchArgs& a, const MoeConfig& cfg) {
 constexpr int kCpuTimedRuns = 3;
 
 void run_cpu(const BenchArgs& a, const MoeConfig& cfg, const std::string& why) {
-  FP4MOE_CHECK(a.gpu_run_options_given.empty(), "bench: ",
-               a.gpu_run_options_given.empty() ? "" : a.gpu_run_options_given.front(),
-               " applies to a GPU run; there is no GPU here (", why,
-               "): the bench gives the datasheet accounting and times the CPU reference");
+  if (!a.gpu_run_options_given.empty())
+    FP4MOE_FAIL("bench: ", a.gpu_run_options_given.front(), " applies to a GPU run; there is no GPU here (", why,
+                "): the bench gives the datasheet accounting and times the CPU reference");
   const GpuSpec g = resolve_gpu(a.gpu);
   const double bw = g.mem_bandwidth_gbs * 1e9, tf = g.bf16_tflops * 1e12;
   FP4MOE_CHECK(bw > 0 && tf > 0, "bench: the table has no bandwidth/BF16 peak for ", g.name);
@@ -393,8 +392,9 @@ void run_bench_command(const BenchArgs& a) {
     FP4MOE_CHECK(parse_tactic(a.fc1).epilogue == Epilogue::kSwiglu, "--fc1 ", a.fc1, ": FC1's epilogue is swiglu");
   if (!a.fc2.empty())
     FP4MOE_CHECK(parse_tactic(a.fc2).epilogue == Epilogue::kFinalize, "--fc2 ", a.fc2, ": FC2's epilogue is finalize");
-  FP4MOE_CHECK(a.no_gpu_options_given.empty() || (a.tp == 0 && a.ep == 0), a.tp ? "--tp" : "--ep", " measures GPUs: ",
-               a.no_gpu_options_given.empty() ? "" : a.no_gpu_options_given.front(), " is for a machine without one");
+  if (!a.no_gpu_options_given.empty() && (a.tp != 0 || a.ep != 0))
+    FP4MOE_FAIL(a.tp ? "--tp" : "--ep", " measures GPUs: ", a.no_gpu_options_given.front(),
+                " is for a machine without one");
   FP4MOE_CHECK(!a.cuda.given || (a.tp == 0 && a.ep == 0), "--cuda-device picks one GPU; ", a.tp ? "--tp" : "--ep",
                " runs on CUDA devices 0 to N-1 (choose them with CUDA_VISIBLE_DEVICES)");
   if (a.tp != 0 || a.ep != 0) {
@@ -406,9 +406,9 @@ void run_bench_command(const BenchArgs& a) {
   if (a.cuda.given) require_cuda_device(env, a.cuda, "bench");
 #ifdef FP4MOE_WITH_CUDA
   if (!env.devices.empty()) {
-    FP4MOE_CHECK(a.no_gpu_options_given.empty(), "bench: ",
-                 a.no_gpu_options_given.empty() ? "" : a.no_gpu_options_given.front(),
-                 " is for a machine without a GPU; this one's GPU is measured (--cuda-device N picks another)");
+    if (!a.no_gpu_options_given.empty())
+      FP4MOE_FAIL("bench: ", a.no_gpu_options_given.front(),
+                  " is for a machine without a GPU; this one's GPU is measured (--cuda-device N picks another)");
     run_gpu(a, cfg);
     return;
   }

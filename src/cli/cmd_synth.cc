@@ -45,9 +45,8 @@ bool is_synth_output(const std::filesystem::path& dir) {
 // -Wmaybe-uninitialized from its own headers in the sanitized build.)
 bool is_shard_name(const std::string& name) {
   const std::string_view n = name;
-  auto digits = [&](size_t at) {
-    return n.size() >= at + 5 &&
-           std::all_of(n.begin() + at, n.begin() + at + 5, [](char c) { return c >= '0' && c <= '9'; });
+  auto digits = [&](size_t at) {  // (within the 32 characters checked first)
+    return std::all_of(n.begin() + at, n.begin() + at + 5, [](char c) { return c >= '0' && c <= '9'; });
   };
   return n.size() == 32 && n.substr(0, 6) == "model-" && digits(6) && n.substr(11, 4) == "-of-" && digits(15) &&
          n.substr(20) == ".safetensors";

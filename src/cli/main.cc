@@ -41,23 +41,16 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  // Help and the version go to std::cout (CLI11's): a write that failed is an error there too.
-  const auto print_and_exit = [&app](const CLI::Error& e) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --help-all, --version
+    // Printed by CLI11 to std::cout: a write that failed is an error there too.
     const int rc = app.exit(e);
     if (!std::cout.flush()) {
       std::fprintf(stderr, "fp4moe: error: writing to standard output failed\n");
       return 1;
     }
     return rc;
-  };
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return print_and_exit(e);
-  } catch (const CLI::CallForAllHelp& e) {
-    return print_and_exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return print_and_exit(e);
   } catch (const CLI::ParseError& e) {
     // One line: CLI11's message, then where to look.
     std::fprintf(stderr, "fp4moe: error: %s (see fp4moe --help)\n", fp4moe::cli::printable(e.what()).c_str());

@@ -16,15 +16,23 @@ namespace fp4moe {
 // a layer's eager call (its workspace growing, say) on a thread of its own would break a graph
 // another thread is recording. The layer's eager calls enqueue only on their own stream, which
 // is not capturing: nothing they do can become part of another capture.
+// It never throws, so that a destructor may use it too (DeviceBuffer's free): an exchange that
+// failed - the runtime rejects only a bad argument - leaves the mode as it was, and the calls in
+// the scope then fail, if at all, with their own error.
 class RelaxedCaptureMode {
  public:
-  RelaxedCaptureMode() { FP4MOE_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&previous_)); }
-  ~RelaxedCaptureMode() { (void)cudaThreadExchangeStreamCaptureMode(&previous_); }
+  RelaxedCaptureMode() noexcept : exchanged_(cudaThreadExchangeStreamCaptureMode(&previous_) == cudaSuccess) {
+    if (!exchanged_) (void)cudaGetLastError();
+  }
+  ~RelaxedCaptureMode() {
+    if (exchanged_) (void)cudaThreadExchangeStreamCaptureMode(&previous_);
+  }
   RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
   RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
 
  private:
   cudaStreamCaptureMode previous_ = cudaStreamCaptureModeRelaxed;
+  bool exchanged_;
 };
 
 // `stream`'s capture status (cudaStreamIsCapturing, which is capture-safe). The legacy default

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kernels/common/cuda_check.h"
+#include "runtime/capture_mode.h"
 
 namespace fp4moe {
 
@@ -45,13 +46,12 @@ class DeviceBuffer {
 
  private:
   // Errors are dropped: a destructor must not throw, and at process exit the runtime may be gone.
-  // The free runs in relaxed capture mode (capture_mode.h; exchanged by hand, without a throw):
-  // a layer destroyed while another thread captures in global mode would otherwise fail to free,
-  // silently, and invalidate that capture.
+  // The free runs in relaxed capture mode (capture_mode.h): a layer destroyed while another
+  // thread captures in global mode would otherwise fail to free, silently, and invalidate that
+  // capture.
   void release() {
     if (ptr_) {
-      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-      const bool exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+      const RelaxedCaptureMode relaxed;
       int current = device_;
       if (cudaGetDevice(&current) == cudaSuccess && current != device_ && cudaSetDevice(device_) == cudaSuccess) {
         cudaFree(ptr_);  // waits for the work that may still use the buffer, as cudaFree does
@@ -59,7 +59,6 @@ class DeviceBuffer {
       } else {
         cudaFree(ptr_);
       }
-      if (exchanged) (void)cudaThreadExchangeStreamCaptureMode(&mode);
     }
     ptr_ = nullptr;
     bytes_ = 0;

@@ -39,6 +39,12 @@ class TimingEvent {
 // a deadline (a candidate's kernel may never end: TuneOptions::call_deadline_s).
 using EventWait = std::function<void(cudaEvent_t)>;
 
+// Waits for `event`: through `wait` where given, else cudaEventSynchronize.
+inline void wait_for_event(cudaEvent_t event, const EventWait& wait) {
+  if (wait) wait(event);
+  else FP4MOE_CUDA_CHECK(cudaEventSynchronize(event));
+}
+
 // Waits for the work enqueued on `stream` so far: through `wait` where given, else by
 // synchronizing the stream.
 inline void wait_for_stream(cudaStream_t stream, const EventWait& wait) {
@@ -88,8 +94,7 @@ std::vector<double> event_times(int warmup, int iters, cudaStream_t stream, Fn&&
     FP4MOE_CUDA_CHECK(cudaEventRecord(start, stream));
     fn();
     FP4MOE_CUDA_CHECK(cudaEventRecord(stop, stream));
-    if (wait) wait(stop);
-    else FP4MOE_CUDA_CHECK(cudaEventSynchronize(stop));
+    wait_for_event(stop, wait);
     float ms = 0;
     FP4MOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     times.push_back(ms * 1e-3);

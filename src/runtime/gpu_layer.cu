@@ -550,9 +550,9 @@ void GpuMoeLayerImpl::ensure_workspace(int64_t tokens, const LayerPlan& plan, cu
                "GPU layer: the workspace must grow for ", tokens,
                " tokens during CUDA graph capture; call reserve(max_tokens) before capturing (with the plans you "
                "pass forward(), reserve(max_tokens, plans))");
-  // Allocations and frees, relaxed: another thread's capture in global mode neither refuses them
-  // nor is invalidated by them (capture_mode.h).
-  const RelaxedCaptureMode relaxed;
+  // (The allocations and frees below run in the callers' relaxed capture mode - forward's eager
+  // calls, poison_workspace, reserve: another thread's capture neither refuses them nor is
+  // invalidated by them, capture_mode.h.)
   // Buffers are replaced below: the last eager call (on whatever stream) must have ended.
   if (called_) FP4MOE_CUDA_CHECK(cudaStreamWaitEvent(stream, *call_done_, 0));
   FP4MOE_CUDA_CHECK(cudaStreamSynchronize(stream));

@@ -111,11 +111,6 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
   L2Flusher flusher(gpu.l2_bytes);
   const OwnedStream s;
 
-  // Candidates: every compiled tactic of the GEMM's epilogue that the model admits (ranking.h).
-  auto candidates = [&](Epilogue ep, int64_t T, TuneResult& r) {
-    return admissible_candidates(compiled_w4a16_tactics(), ep, cfg, T, gpu, r.rejected);
-  };
-
   std::vector<TuneResult> results;
   const double total = 2.0 * buckets.size();
   double done = 0;
@@ -262,7 +257,9 @@ std::vector<TuneResult> tune_layer(GpuMoeLayer& layer, const MoeWeights& w, cons
       TuneResult r;
       r.bucket = T;
       r.gemm = stage == 1 ? fc1_key(cfg) : fc2_key(cfg);
-      std::vector<Tactic> cands = candidates(stage == 1 ? Epilogue::kSwiglu : Epilogue::kFinalize, T, r);
+      // Candidates: every compiled tactic of the GEMM's epilogue that the model admits (ranking.h).
+      std::vector<Tactic> cands = admissible_candidates(
+          compiled_w4a16_tactics(), stage == 1 ? Epilogue::kSwiglu : Epilogue::kFinalize, cfg, T, gpu, r.rejected);
       // FC2 with FC1's winner: its twin alone where that runs both GEMMs, else none of those
       // families (ranking.h); the others are listed as set aside with the reason.
       if (stage == 2) cands = fc2_candidates(cands, fc1_best, r.rejected);
