@@ -273,7 +273,9 @@ with tempfile.TemporaryDirectory() as d:
     expect_one_line_error(p, "which is not a directory")
     # Text from a file is printed with its control bytes escaped (no terminal escape, no broken line).
     ck = os.path.join(d, "ck")
-    run("synth", ck, "--hidden", "256", "--intermediate", "256", "--experts", "8", "--top-k", "2")
+    p = run("synth", ck, "--hidden", "256", "--intermediate", "256", "--experts", "8", "--top-k", "2")
+    # A small checkpoint's size in MB (8 experts of 3 x 256 x 256 NVFP4 weights, their scales: about 1 MB).
+    check(" MB of NVFP4 weights" in p.stdout and "0.00 GB" not in p.stdout, f"synth's size line: {p.stdout!r}")
     import json
     with open(os.path.join(ck, "config.json")) as f:
         conf = json.load(f)

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/cuda_device.h"
+#include "cli/byte_size.h"
 #include "cli/printable.h"
 #include "bench/roofline.h"
 #include "cli/shape_options.h"
@@ -211,9 +212,9 @@ void run_layer(const RunArgs& a) {
     MoeWeights ex = make_synthetic_moe(cfg, so);
     w.experts = std::move(ex.experts);
     w.shared = std::move(ex.shared);
-    std::printf("weights: seeded random NVFP4 (seed %llu), %d of %d experts materialised (%.2f GB) in %.2f s\n",
+    std::printf("weights: seeded random NVFP4 (seed %llu), %d of %d experts materialised (%s) in %.2f s\n",
                 static_cast<unsigned long long>(a.seed), n, cfg.num_experts,
-                n * expert_weight_bytes(cfg.hidden, cfg.intermediate) / 1e9,
+                byte_size(n * expert_weight_bytes(cfg.hidden, cfg.intermediate)).c_str(),
                 seconds_since(t0));
   }
   std::printf("tokens %lld: %lld (token, expert) pairs on %d of %d experts%s\n", static_cast<long long>(tokens),

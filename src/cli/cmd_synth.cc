@@ -13,6 +13,7 @@
 #include <string_view>
 #include <system_error>
 
+#include "cli/byte_size.h"
 #include "cli/commands.h"
 #include "cli/shape_options.h"
 #include "cli/validators.h"
@@ -97,15 +98,9 @@ void run_synth(const SynthArgs& a) {
   const double need = a.layers * (per_layer + cfg.num_experts * (cfg.hidden * 2.0 + 4));  // + the router
   if (::statvfs(existing.c_str(), &disk) == 0) {
     const double free_bytes = static_cast<double>(disk.f_bavail) * static_cast<double>(disk.f_frsize);
-    // (in MB below a GB: "~0 GB" said nothing)
-    auto size = [](double b) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, b < 1e9 ? "%.1f MB" : "%.1f GB", b < 1e9 ? b / 1e6 : b / 1e9);
-      return std::string(buf);
-    };
     FP4MOE_CHECK(free_bytes > 0, "out_dir: ", a.out, ": the filesystem of ", existing.string(),
                  " has no space to write to (a full disk, or a special filesystem such as /proc)");
-    FP4MOE_CHECK(need <= free_bytes, "synth: the checkpoint needs ~", size(need), " on disk; ", size(free_bytes),
+    FP4MOE_CHECK(need <= free_bytes, "synth: the checkpoint needs ~", byte_size(need), " on disk; ", byte_size(free_bytes),
                  " are free at ", existing.string());
   }
   // A run that fails part way (the disk, the memory) takes away what it wrote, rather than leave a
@@ -125,9 +120,9 @@ void run_synth(const SynthArgs& a) {
     }
     throw;
   }
-  std::printf("wrote %s: %d MoE layer(s) of %s (H %lld, I %lld, E %d, top-%d), %.2f GB of NVFP4 weights, %s init, in %.1f s\n",
+  std::printf("wrote %s: %d MoE layer(s) of %s (H %lld, I %lld, E %d, top-%d), %s of NVFP4 weights, %s init, in %.1f s\n",
               a.out.c_str(), a.layers, cfg.name.c_str(), static_cast<long long>(cfg.hidden),
-              static_cast<long long>(cfg.intermediate), cfg.num_experts, cfg.routing.top_k, a.layers * per_layer / 1e9,
+              static_cast<long long>(cfg.intermediate), cfg.num_experts, cfg.routing.top_k, byte_size(a.layers * per_layer).c_str(),
               o.init == WeightInit::kQuantizedGaussian ? "quantized-Gaussian" : "random-code",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }

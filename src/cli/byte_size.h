@@ -1,0 +1,19 @@
+// A byte count as the CLI prints it: in GB from a GB up, in MB below ("0.00 GB" said nothing of a
+// small layer's weights or a nearly full disk).
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+namespace fp4moe::cli {
+
+inline std::string byte_size(double bytes) {
+  char buf[32];
+  if (bytes >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2f GB", bytes / 1e9);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
+  return buf;
+}
+
+}  // namespace fp4moe::cli
