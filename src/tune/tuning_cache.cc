@@ -318,9 +318,13 @@ class CacheFileLock {
       : lock_path_((std::filesystem::path(path).parent_path() / "tuning.lock").string()) {
     // Read-write where it can (NFS's emulated flock wants it), read-only where another user
     // created the file in a shared directory: a local flock needs no write access.
+    // Where neither opens, the first refusal is the one to name: a directory the user cannot
+    // write to without the lock file in it fails the read-only open with ENOENT, which would
+    // send the user looking for a missing file instead of at the directory's permissions.
     fd_ = ::open(lock_path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
-    if (fd_ < 0 && errno == EACCES) fd_ = ::open(lock_path_.c_str(), O_RDONLY | O_CLOEXEC);
-    FP4MOE_CHECK(fd_ >= 0, lock_path_, ": cannot open the lock file (", std::strerror(errno), ")");
+    const int first_errno = errno;
+    if (fd_ < 0 && first_errno == EACCES) fd_ = ::open(lock_path_.c_str(), O_RDONLY | O_CLOEXEC);
+    FP4MOE_CHECK(fd_ >= 0, lock_path_, ": cannot open the lock file (", std::strerror(first_errno), ")");
     if (::flock(fd_, LOCK_EX) != 0) {
       ::close(fd_);
       FP4MOE_FAIL(lock_path_, ": cannot lock");
