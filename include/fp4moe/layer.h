@@ -79,8 +79,9 @@ class GpuMoeLayer {
   // device memory on the layer's GPU, hidden and out 16-byte aligned; out may be hidden itself
   // (in place: every write of out follows every read of hidden). Enqueued on `stream`, a stream
   // of the layer's GPU (0 and cudaStreamPerThread: that GPU's default streams); returns without
-  // waiting. A token whose logits are not all finite gets a NaN output row (its
-  // routing weights are NaN; the other tokens are unaffected).
+  // waiting. A logit of -inf masks its expert (docs/ROUTING.md); a token with a NaN or
+  // +inf logit, or (softmax) with every logit -inf, gets a NaN output row (its routing weights
+  // are NaN; the other tokens are unaffected).
   // Calls share the layer's workspace, so they run one after another on the GPU: calls from
   // several threads are serialized on the host, and a call on another stream than the previous
   // call waits for that call's end (an event, no host wait). A captured call is ordered only when

@@ -10,6 +10,10 @@
 //   ids    = top_k experts by c;  w = s[ids];  w /= sum(w) if norm_topk_prob;  w *= scale
 // Every top-k here orders by (score descending, index ascending): equal scores go to the lower
 // expert / group index. Scores are evaluated in double from the float32 logits.
+// A logit of -inf masks its expert (how a caller drops experts, e.g. pruned ones): softmax gives
+// it probability 0 and chooses it only where fewer than top_k logits are finite (weight 0, the
+// lowest such indices first); the sigmoid gives it score 0, its choice score is its bias alone.
+// NaN and +inf mean nothing as a logit and are refused, as is a softmax row of -inf only.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -86,11 +90,14 @@ Routing route_reference(const RoutingConfig& cfg, std::span<const float> logits,
   for (int64_t t = 0; t < tokens; ++t) {
     const float* l = logits.data() + t * E;
     for (int e = 0; e < E; ++e) {
-      FP4MOE_CHECK(std::isfinite(l[e]), "route: logit (token ", t, ", expert ", e, ") is ", l[e]);
+      FP4MOE_CHECK(!std::isnan(l[e]) && l[e] != INFINITY, "route: logit (token ", t, ", expert ", e, ") is ", l[e],
+                   " (a logit is finite, or -inf to mask its expert)");
     }
     std::vector<int> ids;
     if (cfg.mode == RoutingMode::kSoftmaxTopK) {
       const double m = *std::max_element(l, l + E);
+      FP4MOE_CHECK(m != -INFINITY, "route: every logit of token ", t,
+                   " is -inf (softmax routing needs one expert left unmasked)");
       double sum = 0;
       for (int e = 0; e < E; ++e) sum += (score[e] = std::exp(static_cast<double>(l[e]) - m));
       for (int e = 0; e < E; ++e) score[e] /= sum;

@@ -1,6 +1,7 @@
 // Reference routing: hand-computed cases for both modes, tie-breaking, groups, validation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -33,6 +34,40 @@ TEST(Routing, SoftmaxRanksByLogitWhereProbabilitiesUnderflow) {
   const Routing r = route_reference(c, std::vector<float>{0, -1000, -800}, 1, 3, {});
   EXPECT_EQ(r.ids, (std::vector<int32_t>{0, 2}));
   EXPECT_EQ(r.weights, (std::vector<float>{1.0f, 0.0f}));
+}
+
+// A -inf logit masks its expert: softmax gives it probability 0 and chooses it only where fewer
+// than top_k logits are finite (weight 0, the lowest index first); the sigmoid scores it 0, so
+// its bias alone ranks it.
+TEST(Routing, MinusInfinityMasksItsExpert) {
+  const float kMasked = -INFINITY;
+  const RoutingConfig soft{RoutingMode::kSoftmaxTopK, 3, 1, 1, true, 2.0f};
+  const Routing a = route_reference(soft, std::vector<float>{kMasked, 1, kMasked, 2, 0}, 1, 5, {});
+  EXPECT_EQ(a.ids, (std::vector<int32_t>{3, 1, 4}));
+  const double z = std::exp(2) + std::exp(1) + 1;
+  EXPECT_NEAR(a.weights[0], 2 * std::exp(2) / z, 1e-6);
+  const Routing b = route_reference(soft, std::vector<float>{kMasked, kMasked, 7, kMasked, kMasked}, 1, 5, {});
+  EXPECT_EQ(b.ids, (std::vector<int32_t>{2, 0, 1}));
+  EXPECT_EQ(b.weights, (std::vector<float>{2.0f, 0.0f, 0.0f}));
+  const RoutingConfig sig{RoutingMode::kSigmoidNoAuxTc, 2, 1, 1, false, 1.0f};
+  const std::vector<float> bias = {0, 0.9f, 0, 0};
+  const Routing c = route_reference(sig, std::vector<float>{0, kMasked, 1, kMasked}, 1, 4, bias);
+  EXPECT_EQ(c.ids, (std::vector<int32_t>{1, 2}));  // 0 + 0.9 beats sigmoid(1) = 0.731
+  EXPECT_EQ(c.weights[0], 0.0f);
+  EXPECT_NEAR(c.weights[1], 1 / (1 + std::exp(-1.0)), 1e-6);
+  // Every expert masked: the sigmoid routes on the bias (weights 0); softmax has nothing to route
+  // on and refuses, naming the token.
+  const Routing d = route_reference(sig, std::vector<float>(4, kMasked), 1, 4, bias);
+  EXPECT_EQ(d.ids, (std::vector<int32_t>{1, 0}));
+  EXPECT_EQ(d.weights, (std::vector<float>{0.0f, 0.0f}));
+  std::vector<float> rows(10, 0.5f);
+  std::fill(rows.begin() + 5, rows.end(), kMasked);
+  try {
+    route_reference(soft, rows, 2, 5, {});
+    ADD_FAILURE() << "a softmax row of -inf only was routed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("every logit of token 1 is -inf"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Routing, SigmoidNoAuxTcBiasChoosesScoresWeigh) {
@@ -85,6 +120,8 @@ TEST(Routing, RejectsBadInput) {
   EXPECT_THROW(route_reference(c, std::vector<float>(8), 2, 4, std::vector<float>(3)), Error);
   std::vector<float> nan_logits(8, 0.0f);
   nan_logits[3] = std::nanf("");
+  EXPECT_THROW(route_reference(c, nan_logits, 2, 4, {}), Error);
+  nan_logits[3] = INFINITY;  // -inf masks an expert; +inf means nothing
   EXPECT_THROW(route_reference(c, nan_logits, 2, 4, {}), Error);
   c.top_k = 5;
   EXPECT_THROW(route_reference(c, std::vector<float>(8), 2, 4, {}), Error);

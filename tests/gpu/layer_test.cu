@@ -946,7 +946,7 @@ TEST(GpuLayer, RejectsBadInput) {
   EXPECT_TRUE(within_tolerance(after));
 }
 
-// A token whose logits hold a NaN or an infinity: its output row is NaN (never a routing id out
+// A token whose logits hold a NaN or +inf: its output row is NaN (never a routing id out
 // of range, never a crash or a CUDA error), the other tokens' rows are as without it (within
 // float32 summation order: the poisoned tokens' routing moves the stream-K cuts), in every family
 // (T = 3: small batch, 12: decode, 300: prefill on sm_90a).
@@ -982,6 +982,71 @@ TEST(GpuLayer, NonFiniteLogitsPoisonTheirTokenOnly) {
         }
       }
       EXPECT_LT(std::sqrt(num / den), 1e-3) << "T=" << tokens << ": the clean tokens changed";
+    }
+  }
+}
+
+// A logit of -inf masks its expert (docs/ROUTING.md), in both routing modes and every family
+// (its first FC1 and FC2 tactics; the small-batch and fused families route inside their kernels
+// from per-lane sorted lists, the others in the routing kernels' scan): a quarter of the experts
+// masked on every token, and token 0 left with one finite logit, so that softmax must choose two
+// masked experts (weight 0, the lowest indices first; the scan once marked a chosen expert -inf
+// and could choose a masked one twice) and the sigmoid sees a row of -inf but one. The routing
+// equals the reference's, and so does the output. Then a softmax token whose every logit is -inf
+// (softmax of nothing, which the host entry points refuse): its row is NaN, its ids in range.
+TEST(GpuLayer, MinusInfinityLogitsMaskTheirExperts) {
+  FP4MOE_REQUIRE_GPU();
+  for (const RoutingMode mode : {RoutingMode::kSoftmaxTopK, RoutingMode::kSigmoidNoAuxTc}) {
+    MoeConfig cfg = odd_config();
+    if (mode == RoutingMode::kSoftmaxTopK) cfg.routing = RoutingConfig{mode, 3, 1, 1, true, 1.0f};
+    LayerCase c = make_case(cfg, 91);
+    const int E = cfg.num_experts, k = cfg.routing.top_k;
+    const int64_t H = cfg.hidden;
+    uint64_t seed = 900;
+    for (const Family family : {Family::kW4a16Mma, Family::kW4a16Wgmma, Family::kW4a16Gemv, Family::kW4a16Fused}) {
+      if ((family == Family::kW4a16Wgmma && !test::gpu().has_wgmma()) || (family == Family::kW4a16Fused && test::gpu().sm < 90))
+        continue;
+      auto first = [&](Epilogue ep) {
+        for (const Tactic& t : tactics_of(ep))
+          if (t.family == family) return t;
+        ADD_FAILURE() << "no " << to_string(family) << " tactic for " << to_string(ep);
+        return Tactic{};
+      };
+      LayerPlan plan;
+      plan.fc1 = first(Epilogue::kSwiglu);
+      plan.fc2 = family == Family::kW4a16Fused ? plan.fc1 : first(Epilogue::kFinalize);  // fused: one kernel
+      plan.fc2.epilogue = Epilogue::kFinalize;
+      const bool small = family == Family::kW4a16Gemv || family == Family::kW4a16Fused;
+      for (int64_t tokens : small ? std::vector<int64_t>{1, 5} : std::vector<int64_t>{5, 300}) {
+        const std::string where = std::string(mode == RoutingMode::kSoftmaxTopK ? "softmax " : "sigmoid ") +
+                                  format_tactic(plan.fc1) + " T=" + std::to_string(tokens);
+        const std::vector<float> hidden = make_hidden_states(tokens, H, ++seed);
+        std::vector<float> logits = make_router_logits(tokens, E, seed);
+        for (int64_t t = 0; t < tokens; ++t)
+          for (int e = 0; e < E; ++e)
+            if (t == 0 ? e != 5 : (e + t) % 4 == 0) logits[t * E + e] = -INFINITY;
+        const RunResult r = run_layer(*c.layer, hidden, logits, tokens, &plan);
+        test::expect_routing_matches_reference(cfg.routing, logits, c.weights.correction_bias, tokens, E,
+                                               r.routing.ids, r.routing.weights, 1e-5, where);
+        if (HasFatalFailure()) return;
+        if (mode == RoutingMode::kSoftmaxTopK) {  // token 0: expert 5, then masked 0 and 1 at weight 0
+          for (int j = 0; j < k; ++j) {
+            EXPECT_EQ(r.routing.ids[j], j == 0 ? 5 : j - 1) << where << " slot " << j;
+            if (j > 0) EXPECT_EQ(r.routing.weights[j], 0.0f) << where << " slot " << j;
+          }
+        }
+        const test::Comparison cmp = check_against_reference(c.weights, hidden, tokens, r);
+        EXPECT_TRUE(within_tolerance(cmp)) << where;
+        if (mode != RoutingMode::kSoftmaxTopK) continue;
+        // Token 0 without an expert: NaN, the others as before.
+        logits[5] = -INFINITY;
+        const RunResult bad = run_layer(*c.layer, hidden, logits, tokens, &plan, {.out_fill = 0x3F80});
+        for (int32_t id : bad.routing.ids) ASSERT_TRUE(id >= 0 && id < E) << where << " id " << id;
+        for (int64_t h = 0; h < H; ++h)
+          ASSERT_TRUE(std::isnan(Bf16::from_bits(bad.out[h]).to_float())) << where << ": token 0, col " << h;
+        for (int64_t i = H; i < tokens * H; ++i)
+          ASSERT_TRUE(std::isfinite(Bf16::from_bits(bad.out[i]).to_float())) << where << ": token " << i / H;
+      }
     }
   }
 }

@@ -27,6 +27,7 @@ struct Case {
   bool ties = false;  // logits on a grid of 0.5: many equal scores, the index breaks the tie
   bool far = false;   // every 7th logit at +-80..119 (the sigmoid saturates; below -87 its
                       // denominator passes 2^126) and token 0's every logit below -87
+  bool masked = false;  // experts masked by -inf logits (make_masked)
 };
 
 // Far logits as `far` asks: the same ones the sorted-list test below gives the routing.
@@ -34,6 +35,14 @@ void make_far(std::vector<float>& logits, int experts) {
   for (size_t i = 0; i < logits.size(); ++i)
     if (i % 7 == 0) logits[i] = (i % 3 == 0 ? 1.0f : -1.0f) * (80.0f + static_cast<float>(i % 40));
   for (int e = 0; e < experts; ++e) logits[e] = -90.0f - static_cast<float>(e % 13);
+}
+
+// Masked experts as `masked` asks: every 3rd logit -inf, and token 0's all but its last -
+// softmax must then choose masked experts, at weight 0, the lowest indices first; the sigmoid
+// ranks them by their bias alone. (A softmax row of -inf only is the layer test's: NaN.)
+void make_masked(std::vector<float>& logits, int experts) {
+  for (size_t i = 0; i < logits.size(); i += 3) logits[i] = -INFINITY;
+  for (int e = 0; e + 1 < experts; ++e) logits[e] = -INFINITY;
 }
 
 // The correction bias both tests give the sigmoid mode: small, varied, of both signs.
@@ -54,6 +63,7 @@ TEST_P(GpuRouting, MatchesReferenceAndPermutationIsConsistent) {
   if (c.ties)
     for (float& x : logits) x = std::round(2.0f * x) / 2.0f;
   if (c.far) make_far(logits, E);
+  if (c.masked) make_masked(logits, E);
   const std::vector<float> bias = test_bias(E);
   DeviceBuffer dl = test::to_device(logits), db = test::to_device(bias);
   DeviceBuffer ids(T * k * 4), w(T * k * 4), off((E + 2) * 4), rt(P * 4), rw(P * 4), pr(P * 4),
@@ -127,13 +137,18 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{RoutingMode::kSoftmaxTopK, 8, 1, 1, true, 1.0f}, 64, 7, false, true},
         Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 65, true, true},
         Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 3000, true, false, true},
-        Case{{RoutingMode::kSoftmaxTopK, 4, 1, 1, true, 1.0f}, 160, 40, false, false, true}),
+        Case{{RoutingMode::kSoftmaxTopK, 4, 1, 1, true, 1.0f}, 160, 40, false, false, true},
+        Case{{RoutingMode::kSoftmaxTopK, 8, 1, 1, true, 1.0f}, 256, 7, false, false, false, true},
+        Case{{RoutingMode::kSoftmaxTopK, 6, 1, 1, true, 1.0f}, 60, 1000, false, false, false, true},
+        Case{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 64, true, false, false, true},
+        Case{{RoutingMode::kSigmoidNoAuxTc, 8, 8, 4, true, 2.5f}, 256, 700, true, false, false, true}),
     [](const auto& i) {
       const Case& c = i.param;
       return std::string(c.cfg.mode == RoutingMode::kSoftmaxTopK ? "softmax" : "sigmoid") + "_E" +
              std::to_string(c.experts) + "_k" + std::to_string(c.cfg.top_k) + "_g" +
              std::to_string(c.cfg.n_group) + "_T" + std::to_string(c.tokens) +
-             (c.shared ? "_shared" : "") + (c.ties ? "_ties" : "") + (c.far ? "_far" : "");
+             (c.shared ? "_shared" : "") + (c.ties ? "_ties" : "") + (c.far ? "_far" : "") +
+             (c.masked ? "_masked" : "");
     });
 
 // One warp per token: route_token's scan and its sorted lists, each pair into its own buffers.
@@ -153,7 +168,8 @@ struct SortedCase {
   RoutingConfig cfg;
   int experts;  // up to 256: 8 a lane
   int logit_kind;  // 0: router logits; 1: on a grid of 0.5 (exact ties); 2: some far below -87 (the
-                   // sigmoid's denominator past 2^126, the division's rare path) and far above
+                   // sigmoid's denominator past 2^126, the division's rare path) and far above;
+                   // 3: masked experts (-inf logits)
 };
 
 class GpuRoutingSorted : public ::testing::TestWithParam<SortedCase> {};
@@ -167,6 +183,7 @@ TEST_P(GpuRoutingSorted, SortedListsEqualTheScan) {
   if (c.logit_kind == 1)
     for (float& x : logits) x = std::round(2.0f * x) / 2.0f;
   if (c.logit_kind == 2) make_far(logits, E);  // token 0's choice is the bias alone
+  if (c.logit_kind == 3) make_masked(logits, E);
   DeviceBuffer dl = test::to_device(logits), db = test::to_device(test_bias(E));
   DeviceBuffer ids_a(T * k * 4), w_a(T * k * 4), ids_b(T * k * 4), w_b(T * k * 4);
   for (DeviceBuffer* b : {&ids_a, &w_a, &ids_b, &w_b}) test::poison(*b);
@@ -201,12 +218,15 @@ INSTANTIATE_TEST_SUITE_P(
                       SortedCase{{RoutingMode::kSigmoidNoAuxTc, 8, 8, 4, true, 2.5f}, 256, 0},
                       SortedCase{{RoutingMode::kSigmoidNoAuxTc, 6, 1, 1, true, 1.0f}, 200, 1},
                       SortedCase{{RoutingMode::kSoftmaxTopK, 8, 1, 1, false, 1.0f}, 64, 1},
-                      SortedCase{{RoutingMode::kSoftmaxTopK, 4, 1, 1, true, 1.0f}, 160, 2}),
+                      SortedCase{{RoutingMode::kSoftmaxTopK, 4, 1, 1, true, 1.0f}, 160, 2},
+                      SortedCase{{RoutingMode::kSoftmaxTopK, 8, 1, 1, true, 1.0f}, 256, 3},
+                      SortedCase{{RoutingMode::kSigmoidNoAuxTc, 8, 1, 1, true, 2.5f}, 256, 3}),
     [](const auto& i) {
       const SortedCase& c = i.param;
       return std::string(c.cfg.mode == RoutingMode::kSoftmaxTopK ? "softmax" : "sigmoid") + "_E" +
              std::to_string(c.experts) + "_k" + std::to_string(c.cfg.top_k) + "_g" +
-             std::to_string(c.cfg.n_group) + (c.logit_kind == 1 ? "_ties" : c.logit_kind == 2 ? "_far" : "");
+             std::to_string(c.cfg.n_group) +
+             (c.logit_kind == 1 ? "_ties" : c.logit_kind == 2 ? "_far" : c.logit_kind == 3 ? "_masked" : "");
     });
 
 // The launch's own check (host code: runs without a GPU too) refuses what the config refuses: a

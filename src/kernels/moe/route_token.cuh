@@ -16,6 +16,11 @@
 namespace fp4moe::kernels::routing_device {
 
 constexpr float kNegInf = -__builtin_huge_valf();
+constexpr float kPosInf = __builtin_huge_valf();
+// A chosen expert's choice score in the scan below: NaN beats nothing (every comparison with it
+// is false), so an expert once chosen is never chosen again - where -inf, the old mark, tied
+// with a masked expert's own -inf and the scan could choose that expert twice.
+__device__ __forceinline__ float taken_mark() { return __int_as_float(0x7fffffff); }
 
 struct Best {
   float v;
@@ -67,15 +72,17 @@ __device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_i
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) bias[j] = 0.0f;
   }
-  // A non-finite logit poisons its token: the token is routed on 0 in its place, so that every id
-  // stays in [0, E) (a NaN wins no comparison: a row of them left the best at an id past E, and
-  // the permutation counted into it), and its routing weights become NaN below, so that the
+  // A NaN or +inf logit poisons its token: the token is routed on 0 in its place, so that every
+  // id stays in [0, E) (a NaN wins no comparison: a row of them left the best at an id past E,
+  // and the permutation counted into it), and its routing weights become NaN below, so that the
   // output carries the NaN. The host entry points refuse such logits; a device pointer's cannot.
+  // -inf is a logit like any other (a masked expert, docs/ROUTING.md): !(x < +inf) is true for
+  // NaN and +inf only.
   bool bad = false;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j)
-    if (!isfinite(x[j])) bad = true, x[j] = 0.0f;
-  const bool poisoned = __any_sync(0xffffffffu, bad);
+    if (!(x[j] < kPosInf)) bad = true, x[j] = 0.0f;
+  bool poisoned = __any_sync(0xffffffffu, bad);
   float choice[kPerLane], score[kPerLane];
   float maxv = kNegInf;
 #pragma unroll
@@ -95,6 +102,9 @@ __device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_i
   if (p.mode == 0) {  // softmax: p = exp(x - max) / sum
 #pragma unroll
     for (int d = 16; d > 0; d >>= 1) maxv = fmaxf(maxv, __shfl_xor_sync(0xffffffffu, maxv, d));
+    // Every expert masked: softmax is 0 / 0. The scores below would be NaN already (-inf minus
+    // -inf); the flag says so where it is decided. (Warp-uniform: maxv is the warp's.)
+    if (maxv == kNegInf) poisoned = true;
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
@@ -210,7 +220,7 @@ __device__ void route_token(const RoutingParams& p, int tok, int lane, int& my_i
         for (int j = 0; j < kPerLane; ++j)
           if (lane + 32 * j == w.i) {
             s = score[j];
-            choice[j] = kNegInf;
+            choice[j] = taken_mark();
           }
       }
       take(r, w.i, __shfl_sync(0xffffffffu, s, w.i & 31));
