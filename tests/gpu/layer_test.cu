@@ -154,6 +154,29 @@ std::vector<Tactic> tactics_of(Epilogue ep) {
   return v;
 }
 
+// The families of our kernels this GPU runs: wgmma on sm_90a, the fused family on sm_90+.
+std::vector<Family> families_here() {
+  std::vector<Family> v{Family::kW4a16Mma, Family::kW4a16Gemv};
+  if (test::gpu().has_wgmma()) v.push_back(Family::kW4a16Wgmma);
+  if (test::gpu().sm >= 90) v.push_back(Family::kW4a16Fused);
+  return v;
+}
+
+// A family's first FC1 and first FC2 tactic as a plan (the fused family's one kernel as both).
+LayerPlan first_plan_of(Family family) {
+  auto first = [&](Epilogue ep) {
+    for (const Tactic& t : tactics_of(ep))
+      if (t.family == family) return t;
+    ADD_FAILURE() << "no " << to_string(family) << " tactic for " << to_string(ep);
+    return Tactic{};
+  };
+  LayerPlan plan;
+  plan.fc1 = first(Epilogue::kSwiglu);
+  plan.fc2 = family == Family::kW4a16Fused ? plan.fc1 : first(Epilogue::kFinalize);
+  plan.fc2.epilogue = Epilogue::kFinalize;
+  return plan;
+}
+
 TEST(GpuLayer, EveryTacticMatchesReferenceOnOddShape) {
   FP4MOE_REQUIRE_GPU();
   LayerCase c = make_case(odd_config(), 31);
@@ -221,19 +244,8 @@ TEST(GpuLayer, ZeroNegativeAndSubnormalBlockScales) {
   const std::unique_ptr<GpuMoeLayer> layer = GpuMoeLayer::create(w, lo);
   uint64_t seed = 700;
   int plans = 0;
-  for (const Family family : {Family::kW4a16Mma, Family::kW4a16Wgmma, Family::kW4a16Gemv, Family::kW4a16Fused}) {
-    if ((family == Family::kW4a16Wgmma && !test::gpu().has_wgmma()) || (family == Family::kW4a16Fused && test::gpu().sm < 90))
-      continue;
-    auto first = [&](Epilogue ep) {
-      for (const Tactic& t : tactics_of(ep))
-        if (t.family == family) return t;
-      ADD_FAILURE() << "no " << to_string(family) << " tactic for " << to_string(ep);
-      return Tactic{};
-    };
-    LayerPlan plan;
-    plan.fc1 = first(Epilogue::kSwiglu);
-    plan.fc2 = family == Family::kW4a16Fused ? plan.fc1 : first(Epilogue::kFinalize);  // fused: one kernel
-    plan.fc2.epilogue = Epilogue::kFinalize;
+  for (const Family family : families_here()) {
+    const LayerPlan plan = first_plan_of(family);
     const bool small = family == Family::kW4a16Gemv || family == Family::kW4a16Fused;
     for (int64_t tokens : small ? std::vector<int64_t>{1, 3} : std::vector<int64_t>{3, 257}) {
       const std::vector<float> hidden = make_hidden_states(tokens, cfg.hidden, ++seed);
@@ -1003,19 +1015,8 @@ TEST(GpuLayer, MinusInfinityLogitsMaskTheirExperts) {
     const int E = cfg.num_experts, k = cfg.routing.top_k;
     const int64_t H = cfg.hidden;
     uint64_t seed = 900;
-    for (const Family family : {Family::kW4a16Mma, Family::kW4a16Wgmma, Family::kW4a16Gemv, Family::kW4a16Fused}) {
-      if ((family == Family::kW4a16Wgmma && !test::gpu().has_wgmma()) || (family == Family::kW4a16Fused && test::gpu().sm < 90))
-        continue;
-      auto first = [&](Epilogue ep) {
-        for (const Tactic& t : tactics_of(ep))
-          if (t.family == family) return t;
-        ADD_FAILURE() << "no " << to_string(family) << " tactic for " << to_string(ep);
-        return Tactic{};
-      };
-      LayerPlan plan;
-      plan.fc1 = first(Epilogue::kSwiglu);
-      plan.fc2 = family == Family::kW4a16Fused ? plan.fc1 : first(Epilogue::kFinalize);  // fused: one kernel
-      plan.fc2.epilogue = Epilogue::kFinalize;
+    for (const Family family : families_here()) {
+      const LayerPlan plan = first_plan_of(family);
       const bool small = family == Family::kW4a16Gemv || family == Family::kW4a16Fused;
       for (int64_t tokens : small ? std::vector<int64_t>{1, 5} : std::vector<int64_t>{5, 300}) {
         const std::string where = std::string(mode == RoutingMode::kSoftmaxTopK ? "softmax " : "sigmoid ") +
