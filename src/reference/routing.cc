@@ -42,8 +42,8 @@ std::vector<int> top_k_indices(const std::vector<double>& v, int k,
 std::vector<double> expert_group_scores(std::span<const double> choice, int n_group) {
   FP4MOE_CHECK(n_group >= 1 && !choice.empty() && choice.size() % n_group == 0, "route: ", choice.size(),
                " experts in ", n_group, " equal non-empty groups");
-  // A NaN has no place in an order (the sort below would be undefined): the caller poisons such
-  // a token (route_reference) before it gets here.
+  // A NaN has no place in an order (the sort below would be undefined): route_reference refuses
+  // the logits that would give one before it gets here.
   for (size_t i = 0; i < choice.size(); ++i)
     FP4MOE_CHECK(!std::isnan(choice[i]), "route: expert ", i, "'s choice score is NaN");
   const size_t per_group = choice.size() / n_group;

@@ -1006,6 +1006,7 @@ TEST(GpuLayer, NonFiniteLogitsPoisonTheirTokenOnly) {
 // and could choose a masked one twice) and the sigmoid sees a row of -inf but one. The routing
 // equals the reference's, and so does the output. Then a softmax token whose every logit is -inf
 // (softmax of nothing, which the host entry points refuse): its row is NaN, its ids in range.
+// And run_gpu_layer's own checks: -inf taken, +inf and a softmax row of -inf only refused.
 TEST(GpuLayer, MinusInfinityLogitsMaskTheirExperts) {
   FP4MOE_REQUIRE_GPU();
   for (const RoutingMode mode : {RoutingMode::kSoftmaxTopK, RoutingMode::kSigmoidNoAuxTc}) {
@@ -1048,6 +1049,34 @@ TEST(GpuLayer, MinusInfinityLogitsMaskTheirExperts) {
         for (int64_t i = H; i < tokens * H; ++i)
           ASSERT_TRUE(std::isfinite(Bf16::from_bits(bad.out[i]).to_float())) << where << ": token " << i / H;
       }
+    }
+    // run_gpu_layer, the host entry point: -inf is a logit it takes, +inf one it refuses by name,
+    // and, in softmax, a row of -inf only.
+    const int64_t tokens = 3;
+    const std::vector<float> hidden = make_hidden_states(tokens, H, 77);
+    std::vector<float> logits = make_router_logits(tokens, E, 77);
+    for (int e = 0; e < E; e += 2) logits[E + e] = -INFINITY;
+    const GpuLayerRun run = run_gpu_layer(*c.layer, hidden, logits, tokens, 0);
+    test::expect_routing_matches_reference(cfg.routing, logits, c.weights.correction_bias, tokens, E, run.routing.ids,
+                                           run.routing.weights, 1e-5, "run_gpu_layer");
+    auto refused = [&](const std::vector<float>& bad_logits, const std::string& needle) {
+      try {
+        run_gpu_layer(*c.layer, hidden, bad_logits, tokens, 0);
+        ADD_FAILURE() << "run_gpu_layer took logits it should refuse (" << needle << ")";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      }
+    };
+    std::vector<float> plus_inf = logits;
+    plus_inf[2 * E + 3] = INFINITY;
+    refused(plus_inf, "logit (token 2, expert 3) is inf");
+    std::vector<float> none_left = logits;
+    std::fill(none_left.begin() + 2 * E, none_left.end(), -INFINITY);
+    if (mode == RoutingMode::kSoftmaxTopK) {
+      refused(none_left, "every logit of token 2 is -inf");
+    } else {  // the sigmoid routes such a row on the bias alone, at weight 0
+      const GpuLayerRun all = run_gpu_layer(*c.layer, hidden, none_left, tokens, 0);
+      for (int j = 0; j < k; ++j) EXPECT_EQ(all.routing.weights[2 * k + j], 0.0f) << "slot " << j;
     }
   }
 }

@@ -19,8 +19,10 @@ constexpr float kNegInf = -__builtin_huge_valf();
 constexpr float kPosInf = __builtin_huge_valf();
 // A chosen expert's choice score in the scan below: NaN beats nothing (every comparison with it
 // is false), so an expert once chosen is never chosen again - where -inf, the old mark, tied
-// with a masked expert's own -inf and the scan could choose that expert twice.
-__device__ __forceinline__ float taken_mark() { return __int_as_float(0x7fffffff); }
+// with a masked expert's own -inf and the scan could choose that expert twice. The negative NaN,
+// whose ordered_key (below) is 0, the lowest: were it ever to reach warp_best, it would lose there
+// too (a positive NaN's key is the highest).
+__device__ __forceinline__ float taken_mark() { return __int_as_float(0xffffffff); }
 
 struct Best {
   float v;

@@ -252,7 +252,7 @@ void check_routing_shape(int experts, int top_k, int n_group, int topk_group) {
                "GPU routing: n_group ", n_group, " / topk_group ", topk_group,
                " invalid (n_group <= 32 must divide the experts)");
   // As MoeConfig::validate: with fewer experts in the kept groups than top_k, an excluded expert
-  // (already -inf) would be chosen again, and a group score is the sum of its two best.
+  // (-inf) would be chosen, and a group score is the sum of its two best.
   FP4MOE_CHECK(top_k <= topk_group * (experts / n_group), "GPU routing: top_k ", top_k, " exceeds the ",
                topk_group * (experts / n_group), " experts of the ", topk_group, " kept groups");
   FP4MOE_CHECK(n_group == 1 || experts / n_group >= 2, "GPU routing: ", n_group, " groups of ", experts / n_group,
