@@ -90,6 +90,13 @@ std::vector<float> router_logits_reference(std::span<const float> hidden, int64_
 // scores, sigmoid + correction bias), the sum of its two largest.
 std::vector<double> expert_group_scores(std::span<const double> choice, int n_group);
 
+// Refuses, naming `what`, the token and the expert, router logits [T, E] that route nothing: a
+// NaN or +inf, or (softmax) a token whose every logit is -inf. -inf alone masks its expert
+// (docs/ROUTING.md). The host entry points check with it: the GPU routing would give such a
+// token a NaN output row.
+void check_router_logits(RoutingMode mode, std::span<const float> logits, int64_t tokens, int num_experts,
+                         const char* what);
+
 // Deterministic top-k routing (semantics in docs/ROUTING.md): ties between equal scores go to
 // the lower expert index (and the lower group index), as a stable sort would order them.
 Routing route_reference(const RoutingConfig& cfg, std::span<const float> logits, int64_t tokens,

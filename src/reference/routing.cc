@@ -57,6 +57,21 @@ std::vector<double> expert_group_scores(std::span<const double> choice, int n_gr
   return out;
 }
 
+void check_router_logits(RoutingMode mode, std::span<const float> logits, int64_t tokens, int num_experts,
+                         const char* what) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* l = logits.data() + t * num_experts;
+    bool unmasked = false;
+    for (int e = 0; e < num_experts; ++e) {
+      FP4MOE_CHECK(!std::isnan(l[e]) && l[e] != INFINITY, what, ": logit (token ", t, ", expert ", e, ") is ", l[e],
+                   " (a logit is finite, or -inf to mask its expert)");
+      unmasked |= l[e] != -INFINITY;
+    }
+    FP4MOE_CHECK(unmasked || mode != RoutingMode::kSoftmaxTopK, what, ": every logit of token ", t,
+                 " is -inf (softmax routing needs one expert left unmasked)");
+  }
+}
+
 Routing route_reference(const RoutingConfig& cfg, std::span<const float> logits, int64_t tokens,
                         int num_experts, std::span<const float> correction_bias) {
   FP4MOE_CHECK(tokens >= 0, "route: negative token count ", tokens);
@@ -87,17 +102,12 @@ Routing route_reference(const RoutingConfig& cfg, std::span<const float> logits,
   r.weights.resize(r.ids.size());
   const int E = num_experts, k = cfg.top_k;
   std::vector<double> score(E), choice(E);
+  check_router_logits(cfg.mode, logits, tokens, E, "route");
   for (int64_t t = 0; t < tokens; ++t) {
     const float* l = logits.data() + t * E;
-    for (int e = 0; e < E; ++e) {
-      FP4MOE_CHECK(!std::isnan(l[e]) && l[e] != INFINITY, "route: logit (token ", t, ", expert ", e, ") is ", l[e],
-                   " (a logit is finite, or -inf to mask its expert)");
-    }
     std::vector<int> ids;
     if (cfg.mode == RoutingMode::kSoftmaxTopK) {
       const double m = *std::max_element(l, l + E);
-      FP4MOE_CHECK(m != -INFINITY, "route: every logit of token ", t,
-                   " is -inf (softmax routing needs one expert left unmasked)");
       double sum = 0;
       for (int e = 0; e < E; ++e) sum += (score[e] = std::exp(static_cast<double>(l[e]) - m));
       for (int e = 0; e < E; ++e) score[e] /= sum;

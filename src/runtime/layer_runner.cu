@@ -1,7 +1,6 @@
 // run_gpu_layer: upload, run, time (see fp4moe/layer.h).
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "fp4moe/bf16.h"
@@ -23,17 +22,8 @@ GpuLayerRun run_gpu_layer(GpuMoeLayer& layer, const std::vector<float>& hidden,
                "run_gpu_layer: hidden holds ", hidden.size(), " values, expected [", tokens, ", ", cfg.hidden, "]");
   FP4MOE_CHECK(static_cast<int64_t>(logits.size()) == checked_size(tokens, cfg.num_experts, "run_gpu_layer: logits"),
                "run_gpu_layer: logits hold ", logits.size(), " values, expected [", tokens, ", ", cfg.num_experts, "]");
-  // As route_reference does: the GPU routing would turn a NaN or +inf logit, or a softmax row of
-  // -inf only, into a NaN output row (-inf alone masks its expert).
-  for (size_t i = 0; i < logits.size(); ++i)
-    FP4MOE_CHECK(!std::isnan(logits[i]) && logits[i] != INFINITY, "run_gpu_layer: logit (token ", i / cfg.num_experts,
-                 ", expert ", i % cfg.num_experts, ") is ", logits[i], " (a logit is finite, or -inf to mask its expert)");
-  if (cfg.routing.mode == RoutingMode::kSoftmaxTopK)
-    for (int64_t t = 0; t < tokens; ++t) {
-      const float* row = logits.data() + t * cfg.num_experts;
-      FP4MOE_CHECK(std::any_of(row, row + cfg.num_experts, [](float x) { return x != -INFINITY; }),
-                   "run_gpu_layer: every logit of token ", t, " is -inf (softmax routing needs one expert left unmasked)");
-    }
+  // As route_reference does: the GPU routing would give such logits' token a NaN output row.
+  check_router_logits(cfg.routing.mode, logits, tokens, cfg.num_experts, "run_gpu_layer");
   // The layer takes bf16: a finite float beyond bf16's range (~3.39e38) would round to infinity.
   std::vector<uint16_t> hb(hidden.size());
   for (size_t i = 0; i < hidden.size(); ++i) {
