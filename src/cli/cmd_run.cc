@@ -8,7 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/cuda_device.h"
-#include "cli/byte_size.h"
+#include "common/byte_size.h"
 #include "cli/printable.h"
 #include "bench/roofline.h"
 #include "cli/shape_options.h"

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <system_error>
 
-#include "cli/byte_size.h"
+#include "common/byte_size.h"
 #include "cli/commands.h"
 #include "cli/shape_options.h"
 #include "cli/validators.h"

@@ -7,10 +7,10 @@
 
 #include <cstdint>
 #include <fstream>
-#include <iomanip>
 #include <sstream>
 #include <string>
 
+#include "common/byte_size.h"
 #include "fp4moe/error.h"
 
 namespace fp4moe {
@@ -30,16 +30,12 @@ inline int64_t available_host_bytes() {
 }
 
 // Throws when `bytes` exceed what is available: "<what> needs ~X GB of host memory; Y GB are
-// available". Silent where the available memory is unknown.
+// available" (MB below a GB). Silent where the available memory is unknown.
 inline void require_host_memory(double bytes, const std::string& what) {
   const int64_t avail = available_host_bytes();
   if (avail < 0 || bytes <= static_cast<double>(avail)) return;
-  std::ostringstream need, have;
-  need << std::fixed << std::setprecision(1);
-  have << std::fixed << std::setprecision(1);
-  need << bytes / 1e9;
-  have << static_cast<double>(avail) / 1e9;
-  FP4MOE_FAIL(what, " needs ~", need.str(), " GB of host memory; ", have.str(), " GB are available");
+  FP4MOE_FAIL(what, " needs ~", byte_size(bytes), " of host memory; ", byte_size(static_cast<double>(avail)),
+              " are available");
 }
 
 }  // namespace fp4moe

@@ -1,11 +1,11 @@
-// A byte count as the CLI prints it: in GB from a GB up, in MB below ("0.00 GB" said nothing of a
-// small layer's weights or a nearly full disk).
+// A byte count as messages print it: in GB from a GB up, in MB below ("0.00 GB" said nothing of a
+// small layer's weights, a nearly full disk or a nearly full host memory).
 #pragma once
 
 #include <cstdio>
 #include <string>
 
-namespace fp4moe::cli {
+namespace fp4moe {
 
 inline std::string byte_size(double bytes) {
   char buf[32];
@@ -16,4 +16,4 @@ inline std::string byte_size(double bytes) {
   return buf;
 }
 
-}  // namespace fp4moe::cli
+}  // namespace fp4moe
