@@ -13,10 +13,10 @@
 #include <string_view>
 #include <system_error>
 
-#include "common/byte_size.h"
 #include "cli/commands.h"
 #include "cli/shape_options.h"
 #include "cli/validators.h"
+#include "common/byte_size.h"
 #include "fp4moe/error.h"
 #include "io/json_document.h"
 #include "io/modelopt.h"
