@@ -93,7 +93,7 @@ std::vector<double> expert_group_scores(std::span<const double> choice, int n_gr
 // Refuses, naming `what`, the token and the expert, router logits [T, E] that route nothing: a
 // NaN or +inf, or (softmax) a token whose every logit is -inf. -inf alone masks its expert
 // (docs/ROUTING.md). The host entry points check with it: the GPU routing would give such a
-// token a NaN output row.
+// token a NaN output row. Logits of another size than T x E are refused before any is read.
 void check_router_logits(RoutingMode mode, std::span<const float> logits, int64_t tokens, int num_experts,
                          const char* what);
 

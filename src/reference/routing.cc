@@ -59,6 +59,9 @@ std::vector<double> expert_group_scores(std::span<const double> choice, int n_gr
 
 void check_router_logits(RoutingMode mode, std::span<const float> logits, int64_t tokens, int num_experts,
                          const char* what) {
+  FP4MOE_CHECK(num_experts >= 1 &&
+                   static_cast<int64_t>(logits.size()) == checked_size(tokens, num_experts, what),
+               what, ": logits hold ", logits.size(), " values, expected [", tokens, ", ", num_experts, "]");
   for (int64_t t = 0; t < tokens; ++t) {
     const float* l = logits.data() + t * num_experts;
     bool unmasked = false;
