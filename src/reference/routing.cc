@@ -79,8 +79,7 @@ Routing route_reference(const RoutingConfig& cfg, std::span<const float> logits,
                         int num_experts, std::span<const float> correction_bias) {
   FP4MOE_CHECK(tokens >= 0, "route: negative token count ", tokens);
   FP4MOE_CHECK(num_experts >= 1, "route: number of experts must be >= 1, got ", num_experts);
-  FP4MOE_CHECK(static_cast<int64_t>(logits.size()) == checked_size(tokens, num_experts, "route: logits"),
-               "route: logits hold ", logits.size(), " values, expected [", tokens, ", ", num_experts, "]");
+  check_router_logits(cfg.mode, logits, tokens, num_experts, "route");
   FP4MOE_CHECK(correction_bias.empty() || static_cast<int>(correction_bias.size()) == num_experts,
                "route: correction bias holds ", correction_bias.size(), " values, expected ",
                num_experts);
@@ -105,7 +104,6 @@ Routing route_reference(const RoutingConfig& cfg, std::span<const float> logits,
   r.weights.resize(r.ids.size());
   const int E = num_experts, k = cfg.top_k;
   std::vector<double> score(E), choice(E);
-  check_router_logits(cfg.mode, logits, tokens, E, "route");
   for (int64_t t = 0; t < tokens; ++t) {
     const float* l = logits.data() + t * E;
     std::vector<int> ids;
